@@ -1,0 +1,323 @@
+//! The session cookie: one model, three wire formats, optional signing.
+//!
+//! A [`SessionCookie`] names the upstream a session is pinned to: an ordered
+//! [`AddressList`] (primary first, then the endpoint's other addresses), the
+//! cluster that served it and an expiry. Its value on the wire is always
+//! base64 (standard alphabet) of one of:
+//!
+//! | [`Format`] | payload before base64 | read by |
+//! |---|---|---|
+//! | `envoy` | protobuf: 1 `address`, 2 `expires`, tether's 100 `cluster`, 101 `extra_addresses`, 102 `mac` | Envoy's cookie session state, tether |
+//! | `grpc` | `addr[,addr...];cluster` (`;` always written) | gRPC C-core (A55/A60/A61), tether |
+//! | `legacy` | `ip:port` | Envoy (deprecated path), gRPC C-core, tether |
+//!
+//! [`decode`] reads all three, whichever the configured write format is:
+//! - surrounding double quotes are removed (Envoy quotes, C-core does not);
+//! - base64 may be padded or unpadded: C-core accepts unpadded values and so
+//!   does tether, while Envoy drops them; tether always writes padded values;
+//! - a payload that is printable text is the `grpc`/`legacy` text form,
+//!   anything else is the protobuf form (Envoy's first byte is always a
+//!   field tag, never printable);
+//! - anything malformed is a [`DecodeError`]: callers treat it as "no
+//!   session"; nothing here panics on any input.
+//!
+//! [`encode`] writes one format and refuses (rather than silently dropping)
+//! what the format cannot carry, e.g. a cluster in `legacy`. Signing (see
+//! [`signed`]) puts a MAC in protobuf field 102, so only `envoy` carries one.
+
+mod envoy;
+pub mod signed;
+mod text;
+
+use alloc::string::String;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
+use base64::engine::DecodePaddingMode;
+use base64::Engine as _;
+use core::fmt;
+use core::str::FromStr;
+
+use crate::address::{AddressError, AddressList};
+pub use signed::{Key, KeyRing};
+
+/// Standard alphabet; reads padded and unpadded input, writes padded.
+pub(crate) const BASE64: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(true)
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
+/// Where a session is pinned: the parsed content of a session cookie.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionCookie {
+    /// Addresses of the endpoint, the one to use first.
+    pub addresses: AddressList,
+    /// The cluster that served the session (gRFC A60), when known.
+    pub cluster: Option<String>,
+    /// Wall-clock expiry in epoch seconds; `None` never expires.
+    pub expires: Option<u64>,
+}
+
+impl SessionCookie {
+    /// A cookie for one address with no cluster and no expiry.
+    pub fn new(addresses: AddressList) -> Self {
+        SessionCookie {
+            addresses,
+            cluster: None,
+            expires: None,
+        }
+    }
+
+    /// Whether the cookie has expired at `now` (epoch seconds). As in Envoy,
+    /// a cookie is still valid during its `expires` second.
+    pub fn is_expired(&self, now: u64) -> bool {
+        self.expires.is_some_and(|e| now > e)
+    }
+}
+
+/// A session cookie wire format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Format {
+    /// Envoy's protobuf cookie, with tether's extension fields.
+    #[default]
+    Envoy,
+    /// gRPC C-core's `addr[,addr];cluster` text.
+    Grpc,
+    /// Plain `ip:port`, understood by every reader.
+    Legacy,
+}
+
+impl Format {
+    /// All formats, for iteration in tests and tools.
+    pub const ALL: [Format; 3] = [Format::Envoy, Format::Grpc, Format::Legacy];
+
+    /// The name used in configuration and output: `envoy`, `grpc`, `legacy`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Envoy => "envoy",
+            Format::Grpc => "grpc",
+            Format::Legacy => "legacy",
+        }
+    }
+
+    /// Whether the format can hold a cluster name.
+    pub fn carries_cluster(self) -> bool {
+        matches!(self, Format::Envoy | Format::Grpc)
+    }
+
+    /// Whether the format can hold more than one address.
+    pub fn carries_address_list(self) -> bool {
+        matches!(self, Format::Envoy | Format::Grpc)
+    }
+
+    /// Whether the format can hold an expiry.
+    pub fn carries_expiry(self) -> bool {
+        self == Format::Envoy
+    }
+
+    /// Whether the format can hold a MAC.
+    pub fn carries_mac(self) -> bool {
+        self == Format::Envoy
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown format name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownFormat(pub String);
+
+impl fmt::Display for UnknownFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} is not a cookie format (envoy, grpc, legacy)",
+            self.0
+        )
+    }
+}
+
+impl FromStr for Format {
+    type Err = UnknownFormat;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Format::ALL
+            .into_iter()
+            .find(|f| f.as_str() == s)
+            .ok_or_else(|| UnknownFormat(String::from(s)))
+    }
+}
+
+/// The MAC state of a decoded cookie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Signature {
+    /// The cookie carries no MAC.
+    Unsigned,
+    /// The MAC verified with the key at this index of the key ring.
+    Valid {
+        /// Index of the verifying key (0 is the signing key).
+        key: usize,
+    },
+    /// The MAC matches no key of the ring: the cookie must be ignored.
+    Invalid,
+    /// The cookie carries a MAC but no keys were given to check it.
+    Unchecked,
+}
+
+/// A successfully decoded session cookie value and how it was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// The session it names.
+    pub cookie: SessionCookie,
+    /// The wire format it was written in.
+    pub format: Format,
+    /// Its MAC state.
+    pub signature: Signature,
+    /// Whether the value was in double quotes.
+    pub quoted: bool,
+    /// Whether its base64 carried `=` padding (or needed none).
+    pub padded: bool,
+}
+
+/// Why a cookie value names no session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The value is empty.
+    Empty,
+    /// An opening or closing double quote without its pair, or a quote inside.
+    Quotes,
+    /// Not standard base64.
+    Base64,
+    /// Base64 of a protobuf that does not parse.
+    Proto,
+    /// A protobuf cookie without an address.
+    MissingAddress,
+    /// An address in the cookie is not `ip:port`.
+    Address(AddressError),
+    /// Text that is not `addr[,addr...][;cluster]`.
+    Text,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Empty => f.write_str("the cookie value is empty"),
+            DecodeError::Quotes => f.write_str("the cookie value has unbalanced double quotes"),
+            DecodeError::Base64 => f.write_str("the cookie value is not standard base64"),
+            DecodeError::Proto => {
+                f.write_str("the cookie payload is neither text nor a valid protobuf")
+            }
+            DecodeError::MissingAddress => {
+                f.write_str("the protobuf cookie has no address (field 1)")
+            }
+            DecodeError::Address(e) => write!(f, "the cookie names an invalid address: {e}"),
+            DecodeError::Text => f.write_str("the cookie text is not addr[,addr...][;cluster]"),
+        }
+    }
+}
+
+/// Why a cookie could not be written in a format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EncodeError {
+    /// The cookie holds something the format has no place for.
+    Unrepresentable {
+        /// The format asked for.
+        format: Format,
+        /// What it cannot carry: `cluster`, `extra addresses`, `expires` or `mac`.
+        field: &'static str,
+    },
+    /// The cluster name is empty or contains control characters.
+    Cluster(String),
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncodeError::Unrepresentable { format, field } => {
+                write!(f, "format {format} cannot carry {field}")
+            }
+            EncodeError::Cluster(c) => {
+                write!(f, "cluster {c:?} is empty or contains control characters")
+            }
+        }
+    }
+}
+
+/// Decodes a cookie value (quoted or not) in any format. `keys` verify a MAC
+/// when the value carries one; pass an empty ring when signing is not used.
+pub fn decode(value: &str, keys: &KeyRing) -> Result<Decoded, DecodeError> {
+    let (inner, quoted) = unquote(value)?;
+    if inner.is_empty() {
+        return Err(DecodeError::Empty);
+    }
+    let padded = inner.len() % 4 == 0;
+    // Padding is all or nothing: `=` only where it completes the last quantum.
+    if !padded && inner.contains('=') {
+        return Err(DecodeError::Base64);
+    }
+    let bytes = BASE64.decode(inner).map_err(|_| DecodeError::Base64)?;
+    let (cookie, format, mac) = if let Some(text) = text::as_text(&bytes) {
+        let (cookie, format) = text::parse(text)?;
+        (cookie, format, None)
+    } else {
+        envoy::parse(&bytes)?
+    };
+    let signature = match mac {
+        None => Signature::Unsigned,
+        Some(mac) => keys.verify(&cookie, &mac),
+    };
+    Ok(Decoded {
+        cookie,
+        format,
+        signature,
+        quoted,
+        padded,
+    })
+}
+
+/// Encodes `cookie` as a base64 value in `format`, signed with `signer` when
+/// given. Fails when the format cannot carry part of the cookie.
+pub fn encode(
+    cookie: &SessionCookie,
+    format: Format,
+    signer: Option<&Key>,
+) -> Result<String, EncodeError> {
+    let unrepresentable = |field| Err(EncodeError::Unrepresentable { format, field });
+    if let Some(c) = &cookie.cluster {
+        if c.is_empty() || c.chars().any(char::is_control) {
+            return Err(EncodeError::Cluster(c.clone()));
+        }
+        if !format.carries_cluster() {
+            return unrepresentable("cluster");
+        }
+    }
+    if cookie.addresses.len() > 1 && !format.carries_address_list() {
+        return unrepresentable("extra addresses");
+    }
+    if cookie.expires.is_some() && !format.carries_expiry() {
+        return unrepresentable("expires");
+    }
+    if signer.is_some() && !format.carries_mac() {
+        return unrepresentable("mac");
+    }
+    Ok(match format {
+        Format::Envoy => BASE64.encode(envoy::to_bytes(cookie, signer)),
+        Format::Grpc | Format::Legacy => BASE64.encode(text::to_text(cookie, format)),
+    })
+}
+
+/// Strips one pair of surrounding double quotes and surrounding spaces.
+fn unquote(value: &str) -> Result<(&str, bool), DecodeError> {
+    let v = value.trim_matches([' ', '\t']);
+    let (inner, quoted) = match v.strip_prefix('"') {
+        Some(rest) => (rest.strip_suffix('"').ok_or(DecodeError::Quotes)?, true),
+        None => (v, false),
+    };
+    if inner.contains('"') {
+        return Err(DecodeError::Quotes);
+    }
+    Ok((inner, quoted))
+}

@@ -1,0 +1,254 @@
+//! Rendering `Set-Cookie` values, byte for byte the way the peers do.
+//!
+//! [`Style::Envoy`] (Envoy's stateful session and hash-policy cookies):
+//! `name="value"; Max-Age=N; Path=p; <attributes in order>; HttpOnly` with
+//! `Max-Age` only when the ttl is at least one second and `Path` only when set.
+//!
+//! [`Style::Grpc`] (gRPC C-core): `name=value; HttpOnly; Path=p; Max-Age=N`,
+//! value unquoted, then any configured attributes (C-core has none).
+//!
+//! Every name and value is validated when the [`CookieSpec`] is built, so a
+//! rendered header can never carry an injected `;`, quote or line break.
+
+use alloc::format;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt::Write as _;
+use core::time::Duration;
+
+use super::syntax::{is_attribute_value, is_cookie_value, is_token};
+use crate::config::{ConfigError, Problem};
+
+/// Byte order and quoting of a rendered `Set-Cookie`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Style {
+    /// Envoy's order, value in double quotes.
+    Envoy,
+    /// gRPC C-core's order, value bare.
+    Grpc,
+}
+
+/// One extra cookie attribute: `Name=Value`, or a bare `Name` when the value
+/// is empty (as Envoy's `CookieAttribute` renders it).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Attribute {
+    name: String,
+    value: String,
+}
+
+impl Attribute {
+    /// Validates an attribute. `SameSite` must be `Strict`, `Lax` or `None`;
+    /// `Max-Age`, `Path` and `HttpOnly` are rejected because tether renders
+    /// them itself from the cookie's ttl and path.
+    pub fn new(name: &str, value: &str) -> Result<Self, ConfigError> {
+        if !is_token(name) {
+            return Err(ConfigError::new("name", name, Problem::NotToken));
+        }
+        for own in ["Max-Age", "Path", "HttpOnly"] {
+            if name.eq_ignore_ascii_case(own) {
+                return Err(ConfigError::new("name", name, Problem::Reserved));
+            }
+        }
+        if !is_attribute_value(value) {
+            return Err(ConfigError::new("value", value, Problem::NotAttributeValue));
+        }
+        if name.eq_ignore_ascii_case("SameSite")
+            && !["Strict", "Lax", "None"]
+                .iter()
+                .any(|v| v.eq_ignore_ascii_case(value))
+        {
+            return Err(ConfigError::new(
+                "value",
+                value,
+                Problem::OneOf("Strict, Lax, None"),
+            ));
+        }
+        Ok(Attribute {
+            name: name.to_string(),
+            value: value.to_string(),
+        })
+    }
+
+    /// `Domain=<domain>`.
+    pub fn domain(domain: &str) -> Result<Self, ConfigError> {
+        Attribute::new("Domain", domain)
+    }
+
+    /// `SameSite=<Strict|Lax|None>`.
+    pub fn same_site(value: &str) -> Result<Self, ConfigError> {
+        Attribute::new("SameSite", value)
+    }
+
+    /// `Secure`.
+    pub fn secure() -> Self {
+        Attribute {
+            name: "Secure".to_string(),
+            value: String::new(),
+        }
+    }
+
+    /// The attribute's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The attribute's value (empty for a bare attribute).
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+}
+
+/// What a `Set-Cookie` is made from: name, path, ttl and extra attributes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CookieSpec {
+    name: String,
+    path: String,
+    ttl: Duration,
+    attributes: Vec<Attribute>,
+}
+
+impl CookieSpec {
+    /// Validates a cookie spec. Errors name the field relative to the spec
+    /// (`name`, `path`, `attributes[1]...`); callers prefix their own path.
+    pub fn new(
+        name: &str,
+        path: &str,
+        ttl: Duration,
+        attributes: Vec<Attribute>,
+    ) -> Result<Self, ConfigError> {
+        if name.is_empty() {
+            return Err(ConfigError::new("name", name, Problem::Missing));
+        }
+        if !is_token(name) {
+            return Err(ConfigError::new("name", name, Problem::NotToken));
+        }
+        if !is_attribute_value(path) {
+            return Err(ConfigError::new("path", path, Problem::NotAttributeValue));
+        }
+        if ttl.as_secs() > crate::duration::MAX_SECONDS {
+            return Err(ConfigError::new(
+                "ttl",
+                &format!("{}", crate::duration::display(ttl)),
+                Problem::Duration(crate::duration::DurationError::TooLarge),
+            ));
+        }
+        Ok(CookieSpec {
+            name: name.to_string(),
+            path: path.to_string(),
+            ttl,
+            attributes,
+        })
+    }
+
+    /// The cookie's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The configured `Path` (empty when unset).
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The configured time to live (zero: a session cookie without `Max-Age`).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The extra attributes, in order.
+    pub fn attributes(&self) -> &[Attribute] {
+        &self.attributes
+    }
+
+    /// Renders a `Set-Cookie` value for `value` in `style`. Fails only when
+    /// `value` holds characters a cookie value may not (RFC 6265
+    /// cookie-octet), which tether's own encoders never produce.
+    pub fn render(&self, value: &str, style: Style) -> Result<String, ConfigError> {
+        if !is_cookie_value(value) {
+            return Err(ConfigError::new("value", value, Problem::NotCookieValue));
+        }
+        let max_age = self.ttl.as_secs();
+        let mut out = String::with_capacity(self.name.len() + value.len() + 64);
+        // Writing to a String cannot fail.
+        match style {
+            Style::Envoy => {
+                let _ = write!(out, "{}=\"{}\"", self.name, value);
+                if max_age > 0 {
+                    let _ = write!(out, "; Max-Age={max_age}");
+                }
+                if !self.path.is_empty() {
+                    let _ = write!(out, "; Path={}", self.path);
+                }
+                self.write_attributes(&mut out);
+                out.push_str("; HttpOnly");
+            }
+            Style::Grpc => {
+                let _ = write!(out, "{}={}; HttpOnly", self.name, value);
+                if !self.path.is_empty() {
+                    let _ = write!(out, "; Path={}", self.path);
+                }
+                if max_age > 0 {
+                    let _ = write!(out, "; Max-Age={max_age}");
+                }
+                self.write_attributes(&mut out);
+            }
+        }
+        Ok(out)
+    }
+
+    fn write_attributes(&self, out: &mut String) {
+        for a in &self.attributes {
+            out.push_str("; ");
+            out.push_str(&a.name);
+            if !a.value.is_empty() {
+                out.push('=');
+                out.push_str(&a.value);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    #[test]
+    fn rejects_injection() {
+        assert!(CookieSpec::new("a;b", "/", Duration::ZERO, vec![]).is_err());
+        assert!(CookieSpec::new("a", "/\r\nX: y", Duration::ZERO, vec![]).is_err());
+        assert!(CookieSpec::new("a", "/;Domain=evil", Duration::ZERO, vec![]).is_err());
+        assert!(Attribute::new("Domain", "x; Secure").is_err());
+        assert!(Attribute::new("Dom ain", "x").is_err());
+        assert!(Attribute::new("path", "/x").is_err());
+        assert!(Attribute::same_site("sometimes").is_err());
+        let spec = CookieSpec::new("a", "", Duration::ZERO, vec![]).unwrap();
+        assert!(spec.render("x\"; Secure", Style::Envoy).is_err());
+    }
+
+    #[test]
+    fn sub_second_ttl_has_no_max_age() {
+        let spec = CookieSpec::new("s", "", Duration::from_millis(900), vec![]).unwrap();
+        assert_eq!(spec.render("v", Style::Envoy).unwrap(), "s=\"v\"; HttpOnly");
+        assert_eq!(spec.render("v", Style::Grpc).unwrap(), "s=v; HttpOnly");
+    }
+
+    #[test]
+    fn attributes_keep_their_order() {
+        let attrs = vec![
+            Attribute::same_site("Lax").unwrap(),
+            Attribute::secure(),
+            Attribute::domain("example.com").unwrap(),
+            Attribute::new("Partitioned", "").unwrap(),
+        ];
+        let spec = CookieSpec::new("s", "/p", Duration::from_secs(5), attrs).unwrap();
+        assert_eq!(
+            spec.render("v", Style::Envoy).unwrap(),
+            "s=\"v\"; Max-Age=5; Path=/p; SameSite=Lax; Secure; Domain=example.com; Partitioned; HttpOnly"
+        );
+        assert_eq!(
+            spec.render("v", Style::Grpc).unwrap(),
+            "s=v; HttpOnly; Path=/p; Max-Age=5; SameSite=Lax; Secure; Domain=example.com; Partitioned"
+        );
+    }
+}

@@ -1,0 +1,281 @@
+//! The session decisions every adapter (proxy-wasm plugin, native client,
+//! JavaScript) makes, as pure functions.
+//!
+//! 1. [`Session::lookup`]: from the request's path and `Cookie` headers (or
+//!    the session header), which hosts the request is pinned to, if any.
+//! 2. [`Session::respond`]: once the request was served, what to send back:
+//!    a `Set-Cookie` (or the session header), or nothing.
+//!
+//! Rules, following Envoy and gRPC C-core where they agree:
+//! - cookie mode applies only where the cookie path matches the request path
+//!   ([`Lookup::Bypass`] otherwise: the response is left alone too);
+//! - a missing, malformed, expired or wrongly signed cookie is no session: the
+//!   load balancer picks and the response carries a new cookie;
+//! - a cookie is (re)issued when the host that served differs from the one the
+//!   session named, when the endpoint's address list or the cluster changed
+//!   (gRFC A60/A61; a cookie without a cluster gains one once), or when an
+//!   unsigned cookie was accepted and keys are configured (it is upgraded);
+//! - no cookie is ever minted for a host that failed to connect, or when the
+//!   adapter does not know which host served (Envoy does the former: it pins
+//!   clients to a dead host; tether does not).
+
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::net::SocketAddr;
+
+use crate::address::AddressList;
+use crate::config::{ConfigError, SessionConfig, SessionMode};
+use crate::cookie::{self, DecodeError, Format, SessionCookie, Signature};
+use crate::http::cookie_header;
+use crate::http::path::path_matches;
+use crate::http::set_cookie::Style;
+
+/// What an adapter knows about the request, as plain values.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SessionRequest<'a> {
+    /// The request path (`:path`, may include the query).
+    pub path: &'a str,
+    /// Every `Cookie` header value, in the order received (cookie mode).
+    pub cookies: &'a [&'a str],
+    /// The session header's value (header mode; see [`Session::header_name`]).
+    pub header: Option<&'a str>,
+}
+
+/// Why a request has no usable session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Miss {
+    /// No session cookie (or header) in the request.
+    Absent,
+    /// The value names no session.
+    Invalid(DecodeError),
+    /// The cookie expired at this epoch second.
+    Expired(u64),
+    /// The cookie's MAC matches no configured key.
+    BadMac,
+    /// Keys are configured and the cookie carries no MAC.
+    Unsigned,
+}
+
+/// A session found in the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    /// The session as decoded.
+    pub cookie: SessionCookie,
+    /// The format it was written in.
+    pub format: Format,
+    /// Its MAC state.
+    pub signature: Signature,
+}
+
+/// The request-side decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// The cookie path does not apply to this request: route it normally and
+    /// leave its response alone.
+    Bypass,
+    /// No usable session: load balance, and the response will carry one.
+    Miss(Miss),
+    /// The request is pinned.
+    Pinned(Pin),
+}
+
+impl Lookup {
+    /// The addresses to route to, in order, when pinned.
+    pub fn addresses(&self) -> Option<&AddressList> {
+        match self {
+            Lookup::Pinned(p) => Some(&p.cookie.addresses),
+            _ => None,
+        }
+    }
+
+    /// The cluster the session names (gRFC A60), when pinned and known.
+    pub fn cluster(&self) -> Option<&str> {
+        match self {
+            Lookup::Pinned(p) => p.cookie.cluster.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The value for Envoy's `override_host` header: `ip:port[,ip:port...]`.
+    pub fn override_header_value(&self) -> Option<String> {
+        self.addresses().map(ToString::to_string)
+    }
+}
+
+/// What an adapter knows about how the request was served.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Served<'a> {
+    /// The upstream address that answered, if known.
+    pub address: Option<SocketAddr>,
+    /// That endpoint's other addresses (gRFC A61), if known.
+    pub other_addresses: &'a [SocketAddr],
+    /// The cluster that served, if known.
+    pub cluster: Option<&'a str>,
+    /// The connection to the upstream failed (no host really served).
+    pub connect_failed: bool,
+}
+
+/// What to add to the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Emit {
+    /// A `Set-Cookie` header with this value.
+    SetCookie(String),
+    /// The session header (header mode).
+    Header {
+        /// Header name (lowercase).
+        name: String,
+        /// Header value.
+        value: String,
+    },
+}
+
+/// A validated session configuration and the decisions made with it.
+#[derive(Debug, Clone)]
+pub struct Session {
+    config: SessionConfig,
+}
+
+impl Session {
+    /// Validates `config`.
+    pub fn new(config: SessionConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Session { config })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SessionConfig {
+        &self.config
+    }
+
+    /// The session header to read and write, in header mode.
+    pub fn header_name(&self) -> Option<&str> {
+        match &self.config.mode {
+            SessionMode::Header { name } => Some(name),
+            SessionMode::Cookie(_) => None,
+        }
+    }
+
+    /// The session cookie's name, in cookie mode.
+    pub fn cookie_name(&self) -> Option<&str> {
+        match &self.config.mode {
+            SessionMode::Cookie(spec) => Some(spec.name()),
+            SessionMode::Header { .. } => None,
+        }
+    }
+
+    /// Envoy's `strict`: when pinned to a host that cannot be used, the
+    /// adapter answers 503 instead of load balancing.
+    pub fn strict(&self) -> bool {
+        self.config.strict
+    }
+
+    /// The request-side decision at `now` (epoch seconds).
+    pub fn lookup(&self, req: &SessionRequest<'_>, now: u64) -> Lookup {
+        let raw = match &self.config.mode {
+            SessionMode::Cookie(spec) => {
+                if !path_matches(spec.path(), req.path) {
+                    return Lookup::Bypass;
+                }
+                cookie_header::find(req.cookies.iter().copied(), spec.name())
+            }
+            SessionMode::Header { .. } => req.header,
+        };
+        let Some(raw) = raw else {
+            return Lookup::Miss(Miss::Absent);
+        };
+        let decoded = match cookie::decode(raw, &self.config.keys) {
+            Ok(d) => d,
+            Err(e) => return Lookup::Miss(Miss::Invalid(e)),
+        };
+        match decoded.signature {
+            Signature::Invalid => return Lookup::Miss(Miss::BadMac),
+            Signature::Unsigned if !self.config.keys.is_empty() && !self.config.accept_unsigned => {
+                return Lookup::Miss(Miss::Unsigned)
+            }
+            _ => {}
+        }
+        if let Some(expires) = decoded
+            .cookie
+            .expires
+            .filter(|_| decoded.cookie.is_expired(now))
+        {
+            return Lookup::Miss(Miss::Expired(expires));
+        }
+        Lookup::Pinned(Pin {
+            cookie: decoded.cookie,
+            format: decoded.format,
+            signature: decoded.signature,
+        })
+    }
+
+    /// The response-side decision at `now` (epoch seconds).
+    pub fn respond(&self, lookup: &Lookup, served: &Served<'_>, now: u64) -> Option<Emit> {
+        let address = served.address.filter(|_| !served.connect_failed)?;
+        let format = self.config.format;
+        let cluster = served
+            .cluster
+            .filter(|c| !c.is_empty() && !c.chars().any(char::is_control));
+        match lookup {
+            Lookup::Bypass => return None,
+            Lookup::Miss(_) => {}
+            Lookup::Pinned(pin) => {
+                let c = &pin.cookie;
+                let moved = c.addresses.primary() != address
+                    || (format.carries_address_list()
+                        && !served.other_addresses.is_empty()
+                        && c.addresses.others() != served.other_addresses);
+                let recluster = format.carries_cluster()
+                    && cluster.is_some()
+                    && c.cluster.as_deref() != cluster;
+                let upgrade = pin.signature == Signature::Unsigned && !self.config.keys.is_empty();
+                if !(moved || recluster || upgrade) {
+                    return None;
+                }
+            }
+        }
+        self.mint(address, served.other_addresses, cluster, now)
+    }
+
+    /// The header that pins a client to `address` (and the endpoint's other
+    /// addresses and cluster, where the format carries them).
+    pub fn mint(
+        &self,
+        address: SocketAddr,
+        others: &[SocketAddr],
+        cluster: Option<&str>,
+        now: u64,
+    ) -> Option<Emit> {
+        let format = self.config.format;
+        let mut list = Vec::with_capacity(1 + others.len());
+        list.push(address);
+        if format.carries_address_list() {
+            list.extend_from_slice(others);
+        }
+        let mut cookie = SessionCookie::new(AddressList::new(list)?);
+        if format.carries_cluster() {
+            cookie.cluster = cluster.map(String::from);
+        }
+        match &self.config.mode {
+            SessionMode::Cookie(spec) => {
+                let ttl = spec.ttl().as_secs();
+                if format.carries_expiry() && ttl > 0 {
+                    cookie.expires = Some(now.saturating_add(ttl));
+                }
+                let value = cookie::encode(&cookie, format, self.config.keys.signer()).ok()?;
+                let style = if format == Format::Grpc {
+                    Style::Grpc
+                } else {
+                    Style::Envoy
+                };
+                spec.render(&value, style).ok().map(Emit::SetCookie)
+            }
+            SessionMode::Header { name } => {
+                let value = cookie::encode(&cookie, format, self.config.keys.signer()).ok()?;
+                Some(Emit::Header {
+                    name: name.clone(),
+                    value,
+                })
+            }
+        }
+    }
+}

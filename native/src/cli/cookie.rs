@@ -1,0 +1,151 @@
+//! `tether cookie decode` and `tether cookie encode`.
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tether_core::cookie::{self, Format, KeyRing, SessionCookie, Signature};
+use tether_core::http::set_cookie::{CookieSpec, Style};
+use tether_core::AddressList;
+
+/// Cookie subcommands.
+#[derive(Debug, Subcommand)]
+pub enum CookieCommand {
+    /// Decode a session cookie value in any format (quoted or not) and print it as JSON.
+    Decode(DecodeArgs),
+    /// Encode a session cookie in a format and print the value (and a Set-Cookie with --name).
+    Encode(EncodeArgs),
+}
+
+/// Arguments of `tether cookie decode`.
+#[derive(Debug, Args)]
+pub struct DecodeArgs {
+    /// The cookie value, e.g. Cg8xMjcuMC4wLjE6MTkwMDE= or "Cg8x...=" or MTI3LjAuMC4xOjQ0Mzs=
+    value: String,
+    /// A base64 signing secret to verify the MAC with (repeatable: a key ring).
+    #[arg(long = "key", value_name = "BASE64")]
+    keys: Vec<String>,
+    /// Judge expiry at this epoch second instead of now.
+    #[arg(long, value_name = "EPOCH_SECONDS")]
+    now: Option<u64>,
+}
+
+/// Arguments of `tether cookie encode`.
+#[derive(Debug, Args)]
+pub struct EncodeArgs {
+    /// An upstream address ip:port ([v6]:port); repeat for the endpoint's other addresses.
+    #[arg(long = "address", value_name = "ADDR", required = true)]
+    addresses: Vec<String>,
+    /// The cluster that serves the session (formats envoy and grpc).
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Time to live: seconds ("120") or a protobuf duration ("120s", "1.5s").
+    /// Sets the expiry inside an envoy cookie and Max-Age in the Set-Cookie.
+    #[arg(long)]
+    ttl: Option<String>,
+    /// Wire format to write.
+    #[arg(long, default_value = "envoy", value_parser = ["envoy", "grpc", "legacy"])]
+    format: String,
+    /// Base64 signing secret (at least 16 bytes; format envoy only).
+    #[arg(long, value_name = "BASE64")]
+    key: Option<String>,
+    /// Also render a Set-Cookie for a cookie with this name.
+    #[arg(long)]
+    name: Option<String>,
+    /// Path attribute of the rendered Set-Cookie.
+    #[arg(long, default_value = "", requires = "name")]
+    path: String,
+    /// Compute the expiry from this epoch second instead of now.
+    #[arg(long, value_name = "EPOCH_SECONDS")]
+    now: Option<u64>,
+}
+
+/// Runs a cookie subcommand and returns its JSON output.
+pub fn run(cmd: CookieCommand) -> Result<Value, String> {
+    match cmd {
+        CookieCommand::Decode(a) => decode(a),
+        CookieCommand::Encode(a) => encode(a),
+    }
+}
+
+fn keys(secrets: &[String]) -> Result<KeyRing, String> {
+    KeyRing::from_base64(secrets.iter().map(String::as_str)).map_err(|e| {
+        // The ring names entries keys[i]; on the command line they are --key.
+        e.to_string().replacen("keys[", "--key[", 1)
+    })
+}
+
+fn decode(a: DecodeArgs) -> Result<Value, String> {
+    let ring = keys(&a.keys)?;
+    let d = cookie::decode(&a.value, &ring).map_err(|e| format!("cookie {:?}: {e}", a.value))?;
+    let now = a.now.unwrap_or_else(super::now);
+    let (signature, key) = match d.signature {
+        Signature::Unsigned => ("unsigned", None),
+        Signature::Valid { key } => ("valid", Some(key)),
+        Signature::Invalid => ("invalid", None),
+        Signature::Unchecked => ("unchecked", None),
+    };
+    Ok(json!({
+        "format": d.format.as_str(),
+        "addresses": d.cookie.addresses.as_slice().iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "cluster": d.cookie.cluster,
+        "expires": d.cookie.expires,
+        "expired": d.cookie.is_expired(now),
+        "signature": signature,
+        "key": key,
+        "quoted": d.quoted,
+        "padded": d.padded,
+    }))
+}
+
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    if let Ok(secs) = text.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    tether_core::duration::parse(text).map_err(|e| format!("--ttl: {text:?} {e}"))
+}
+
+fn encode(a: EncodeArgs) -> Result<Value, String> {
+    let mut list: Vec<SocketAddr> = Vec::with_capacity(a.addresses.len());
+    for (i, text) in a.addresses.iter().enumerate() {
+        list.push(tether_core::address::parse(text).map_err(|e| format!("--address[{i}]: {e}"))?);
+    }
+    let addresses = AddressList::new(list).ok_or("--address: at least one is needed")?;
+    let format: Format = a.format.parse().map_err(|e| format!("--format: {e}"))?;
+    let ttl = a
+        .ttl
+        .as_deref()
+        .map(parse_ttl)
+        .transpose()?
+        .unwrap_or(Duration::ZERO);
+    let now = a.now.unwrap_or_else(super::now);
+    let ring = keys(a.key.as_slice())?;
+    let mut c = SessionCookie::new(addresses);
+    c.cluster = a.cluster.clone();
+    if format.carries_expiry() && ttl.as_secs() > 0 {
+        c.expires = Some(now + ttl.as_secs());
+    }
+    let value = cookie::encode(&c, format, ring.signer()).map_err(|e| e.to_string())?;
+    let set_cookie = match &a.name {
+        None => None,
+        Some(name) => {
+            let spec = CookieSpec::new(name, &a.path, ttl, Vec::new()).map_err(|e| {
+                let e = e.to_string();
+                format!("--{e}")
+            })?;
+            let style = if format == Format::Grpc {
+                Style::Grpc
+            } else {
+                Style::Envoy
+            };
+            Some(spec.render(&value, style).map_err(|e| e.to_string())?)
+        }
+    };
+    Ok(json!({
+        "value": value,
+        "format": format.as_str(),
+        "expires": c.expires,
+        "signed": ring.signer().is_some(),
+        "set_cookie": set_cookie,
+    }))
+}

@@ -1,0 +1,59 @@
+//! The `tether` command line. Every subcommand prints JSON on stdout so its
+//! output can be piped into `jq` or compared by scripts; errors go to stderr
+//! and give a non-zero exit code.
+
+pub mod cookie;
+
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+
+/// Session affinity that works the same in Envoy and in proxyless gRPC.
+#[derive(Debug, Parser)]
+#[command(name = "tether", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Read and write session cookies (Envoy, gRPC C-core, legacy; signed or not).
+    #[command(subcommand)]
+    Cookie(cookie::CookieCommand),
+}
+
+/// Runs the command line `args` (program name first); returns the exit code.
+pub fn run<I, T>(args: I) -> i32
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    let result = match cli.command {
+        Command::Cookie(c) => cookie::run(c),
+    };
+    match result {
+        Ok(json) => {
+            println!("{json}");
+            0
+        }
+        Err(e) => {
+            eprintln!("tether: {e}");
+            1
+        }
+    }
+}
+
+/// Seconds since the Unix epoch by the system clock.
+pub(crate) fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
