@@ -169,6 +169,20 @@ impl Session {
         self.config.strict
     }
 
+    /// Envoy's `strict` judged after the fact, for adapters that cannot check
+    /// a host before the request is routed (the proxy-wasm plugin behind
+    /// Envoy's `override_host` policy): true when strict mode is on, the
+    /// request was pinned, and a host outside the session's addresses
+    /// answered, i.e. the load balancer fell back. The adapter then replaces
+    /// the answer with a 503 and sets no cookie. A failed connection is not
+    /// refused here: that answer is an error already.
+    pub fn strict_refuses(&self, lookup: &Lookup, served: &Served<'_>) -> bool {
+        let (Some(pinned), Some(address)) = (lookup.addresses(), served.address) else {
+            return false;
+        };
+        self.config.strict && !served.connect_failed && !pinned.as_slice().contains(&address)
+    }
+
     /// The request-side decision at `now` (epoch seconds).
     pub fn lookup(&self, req: &SessionRequest<'_>, now: u64) -> Lookup {
         let raw = match &self.config.mode {
@@ -257,17 +271,11 @@ impl Session {
         }
         match &self.config.mode {
             SessionMode::Cookie(spec) => {
-                let ttl = spec.ttl().as_secs();
-                if format.carries_expiry() && ttl > 0 {
-                    cookie.expires = Some(now.saturating_add(ttl));
-                }
+                cookie.expires = format.expiry_after(spec.ttl(), now);
                 let value = cookie::encode(&cookie, format, self.config.keys.signer()).ok()?;
-                let style = if format == Format::Grpc {
-                    Style::Grpc
-                } else {
-                    Style::Envoy
-                };
-                spec.render(&value, style).ok().map(Emit::SetCookie)
+                spec.render(&value, Style::for_format(format))
+                    .ok()
+                    .map(Emit::SetCookie)
             }
             SessionMode::Header { name } => {
                 let value = cookie::encode(&cookie, format, self.config.keys.signer()).ok()?;

@@ -22,6 +22,10 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(SessionCookie, Format, Option<Mac>)
         list.push(address::parse(extra).map_err(DecodeError::Address)?);
     }
     let addresses = AddressList::new(list).ok_or(DecodeError::MissingAddress)?;
+    // The encoders refuse such names, so a cookie carrying one was not minted by a peer.
+    if wire.cluster.chars().any(char::is_control) {
+        return Err(DecodeError::Cluster);
+    }
     let cookie = SessionCookie {
         addresses,
         cluster: (!wire.cluster.is_empty()).then_some(wire.cluster),

@@ -119,6 +119,15 @@ impl Format {
     pub fn carries_mac(self) -> bool {
         self == Format::Envoy
     }
+
+    /// The expiry a cookie minted at `now` (epoch seconds) with `ttl` carries
+    /// in this format: `now + ttl` in whole seconds when the format holds an
+    /// expiry and the ttl is at least a second; otherwise none, and only the
+    /// `Set-Cookie`'s `Max-Age` bounds the session (as in gRPC C-core).
+    pub fn expiry_after(self, ttl: core::time::Duration, now: u64) -> Option<u64> {
+        let secs = ttl.as_secs();
+        (self.carries_expiry() && secs > 0).then(|| now.saturating_add(secs))
+    }
 }
 
 impl fmt::Display for Format {
@@ -199,6 +208,8 @@ pub enum DecodeError {
     Address(AddressError),
     /// Text that is not `addr[,addr...][;cluster]`.
     Text,
+    /// A cluster name with control characters (never written by an encoder).
+    Cluster,
 }
 
 impl fmt::Display for DecodeError {
@@ -215,6 +226,27 @@ impl fmt::Display for DecodeError {
             }
             DecodeError::Address(e) => write!(f, "the cookie names an invalid address: {e}"),
             DecodeError::Text => f.write_str("the cookie text is not addr[,addr...][;cluster]"),
+            DecodeError::Cluster => {
+                f.write_str("the cookie's cluster name contains control characters")
+            }
+        }
+    }
+}
+
+impl DecodeError {
+    /// A stable short name of the error kind (`empty`, `quotes`, `base64`,
+    /// `proto`, `missing-address`, `address`, `text`, `cluster`), for bindings and test
+    /// vectors that must match on the kind rather than on the message text.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DecodeError::Empty => "empty",
+            DecodeError::Quotes => "quotes",
+            DecodeError::Base64 => "base64",
+            DecodeError::Proto => "proto",
+            DecodeError::MissingAddress => "missing-address",
+            DecodeError::Address(_) => "address",
+            DecodeError::Text => "text",
+            DecodeError::Cluster => "cluster",
         }
     }
 }
@@ -320,4 +352,36 @@ fn unquote(value: &str) -> Result<(&str, bool), DecodeError> {
         return Err(DecodeError::Quotes);
     }
     Ok((inner, quoted))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::time::Duration;
+
+    #[test]
+    fn decode_error_codes_name_the_kind() {
+        let ring = KeyRing::empty();
+        let code = |v: &str| decode(v, &ring).unwrap_err().code();
+        assert_eq!(code(""), "empty");
+        assert_eq!(code("\"abc"), "quotes");
+        assert_eq!(code("not base64!"), "base64");
+        assert_eq!(code("CiAxMjcuMC4w"), "proto");
+        assert_eq!(code("EAU="), "missing-address");
+        assert_eq!(code("aGVsbG8="), "address");
+        assert_eq!(code("O2NsdXN0ZXI="), "text");
+    }
+
+    #[test]
+    fn expiry_only_where_the_format_holds_one() {
+        let ttl = Duration::from_millis(120_900);
+        assert_eq!(Format::Envoy.expiry_after(ttl, 1_000), Some(1_120));
+        assert_eq!(
+            Format::Envoy.expiry_after(Duration::from_millis(999), 1_000),
+            None
+        );
+        assert_eq!(Format::Envoy.expiry_after(ttl, u64::MAX), Some(u64::MAX));
+        assert_eq!(Format::Grpc.expiry_after(ttl, 1_000), None);
+        assert_eq!(Format::Legacy.expiry_after(ttl, 1_000), None);
+    }
 }

@@ -18,6 +18,7 @@ use core::time::Duration;
 
 use super::syntax::{is_attribute_value, is_cookie_value, is_token};
 use crate::config::{ConfigError, Problem};
+use crate::cookie::Format;
 
 /// Byte order and quoting of a rendered `Set-Cookie`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,6 +27,17 @@ pub enum Style {
     Envoy,
     /// gRPC C-core's order, value bare.
     Grpc,
+}
+
+impl Style {
+    /// The style that goes with a cookie format: C-core's for `grpc` (the
+    /// peer that reads it), Envoy's for `envoy` and `legacy`.
+    pub fn for_format(format: Format) -> Style {
+        match format {
+            Format::Grpc => Style::Grpc,
+            Format::Envoy | Format::Legacy => Style::Envoy,
+        }
+    }
 }
 
 /// One extra cookie attribute: `Name=Value`, or a bare `Name` when the value
@@ -208,6 +220,62 @@ impl CookieSpec {
     }
 }
 
+/// The attribute names RFC 6265 and its successor draft define for
+/// `Set-Cookie` (matched case-insensitively).
+pub const ATTRIBUTE_NAMES: [&str; 8] = [
+    "Expires",
+    "Max-Age",
+    "Domain",
+    "Path",
+    "Secure",
+    "HttpOnly",
+    "SameSite",
+    "Partitioned",
+];
+
+/// Whether `name` is one of [`ATTRIBUTE_NAMES`], ignoring ASCII case.
+pub fn is_attribute_name(name: &str) -> bool {
+    ATTRIBUTE_NAMES.iter().any(|a| a.eq_ignore_ascii_case(name))
+}
+
+/// A `Set-Cookie` value as a user agent reads it: the cookie, then its
+/// attributes in the order sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received<'a> {
+    /// The cookie's name.
+    pub name: &'a str,
+    /// The cookie's value as sent (quotes, if any, kept for the decoder).
+    pub value: &'a str,
+    /// `(name, value)` of each attribute; the value is empty for a bare one.
+    pub attributes: Vec<(&'a str, &'a str)>,
+}
+
+/// Parses a `Set-Cookie` value the way RFC 6265 §5.2 tells user agents to:
+/// the part before the first `;` is `name=value` (without an `=` or with an
+/// empty name the whole header is ignored: `None`); each later part is an
+/// attribute `name[=value]`. Spaces and tabs around names and values are
+/// dropped and empty parts skipped. Attribute values are not interpreted.
+pub fn parse(header: &str) -> Option<Received<'_>> {
+    let mut parts = header.split(';');
+    let (name, value) = parts.next()?.split_once('=')?;
+    let name = name.trim_matches([' ', '\t']);
+    if name.is_empty() {
+        return None;
+    }
+    let attributes = parts
+        .filter_map(|part| {
+            let (n, v) = part.split_once('=').unwrap_or((part, ""));
+            let n = n.trim_matches([' ', '\t']);
+            (!n.is_empty()).then(|| (n, v.trim_matches([' ', '\t'])))
+        })
+        .collect();
+    Some(Received {
+        name,
+        value: value.trim_matches([' ', '\t']),
+        attributes,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -250,5 +318,50 @@ mod tests {
             spec.render("v", Style::Grpc).unwrap(),
             "s=v; HttpOnly; Path=/p; Max-Age=5; SameSite=Lax; Secure; Domain=example.com; Partitioned"
         );
+    }
+
+    #[test]
+    fn style_follows_the_format_reader() {
+        assert_eq!(Style::for_format(Format::Grpc), Style::Grpc);
+        assert_eq!(Style::for_format(Format::Envoy), Style::Envoy);
+        assert_eq!(Style::for_format(Format::Legacy), Style::Envoy);
+    }
+
+    #[test]
+    fn parses_what_it_renders() {
+        let attrs = vec![Attribute::same_site("Lax").unwrap(), Attribute::secure()];
+        let spec = CookieSpec::new("s", "/p", Duration::from_secs(5), attrs).unwrap();
+        for style in [Style::Envoy, Style::Grpc] {
+            let header = spec.render("Cg8=", style).unwrap();
+            let got = parse(&header).unwrap();
+            assert_eq!(got.name, "s");
+            let mut names: Vec<_> = got.attributes.iter().map(|a| a.0).collect();
+            names.sort_unstable();
+            assert_eq!(names, ["HttpOnly", "Max-Age", "Path", "SameSite", "Secure"]);
+            assert!(got.attributes.contains(&("Max-Age", "5")));
+            assert!(got.attributes.contains(&("Path", "/p")));
+            assert!(names.iter().all(|n| is_attribute_name(n)));
+        }
+        assert_eq!(
+            parse(&spec.render("Cg8=", Style::Envoy).unwrap())
+                .unwrap()
+                .value,
+            "\"Cg8=\""
+        );
+    }
+
+    #[test]
+    fn parse_follows_rfc6265_section_5_2() {
+        let got = parse(" s = v=x ;;\tpath=/a ; Secure;=skip; Domain= ").unwrap();
+        assert_eq!((got.name, got.value), ("s", "v=x"));
+        assert_eq!(
+            got.attributes,
+            [("path", "/a"), ("Secure", ""), ("Domain", "")]
+        );
+        assert_eq!(parse("novalue; Path=/"), None);
+        assert_eq!(parse("=v; Path=/"), None);
+        assert_eq!(parse(""), None);
+        assert!(is_attribute_name("max-age"));
+        assert!(!is_attribute_name("Max-Ages"));
     }
 }

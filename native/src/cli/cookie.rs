@@ -122,9 +122,7 @@ fn encode(a: EncodeArgs) -> Result<Value, String> {
     let ring = keys(a.key.as_slice())?;
     let mut c = SessionCookie::new(addresses);
     c.cluster = a.cluster.clone();
-    if format.carries_expiry() && ttl.as_secs() > 0 {
-        c.expires = Some(now + ttl.as_secs());
-    }
+    c.expires = format.expiry_after(ttl, now);
     let value = cookie::encode(&c, format, ring.signer()).map_err(|e| e.to_string())?;
     let set_cookie = match &a.name {
         None => None,
@@ -133,12 +131,10 @@ fn encode(a: EncodeArgs) -> Result<Value, String> {
                 let e = e.to_string();
                 format!("--{e}")
             })?;
-            let style = if format == Format::Grpc {
-                Style::Grpc
-            } else {
-                Style::Envoy
-            };
-            Some(spec.render(&value, style).map_err(|e| e.to_string())?)
+            Some(
+                spec.render(&value, Style::for_format(format))
+                    .map_err(|e| e.to_string())?,
+            )
         }
     };
     Ok(json!({

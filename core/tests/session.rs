@@ -1,0 +1,344 @@
+//! The session decisions: what a request is pinned to and what its response
+//! carries back.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+use tether_core::cookie::{self, Format, Key, KeyRing, SessionCookie};
+use tether_core::http::set_cookie::{Attribute, CookieSpec};
+use tether_core::session::{Emit, Lookup, Miss, Served, Session, SessionRequest};
+use tether_core::{AddressList, SessionConfig};
+
+const NOW: u64 = 1_800_000_000;
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn cookie_session(path: &str, ttl: u64, format: Format) -> Session {
+    let spec = CookieSpec::new(
+        "global-session-cookie",
+        path,
+        Duration::from_secs(ttl),
+        vec![Attribute::same_site("Lax").unwrap()],
+    )
+    .unwrap();
+    let mut c = SessionConfig::cookie(spec);
+    c.format = format;
+    Session::new(c).unwrap()
+}
+
+fn signed_session(accept_unsigned: bool) -> Session {
+    let spec = CookieSpec::new("s", "/", Duration::ZERO, vec![]).unwrap();
+    let mut c = SessionConfig::cookie(spec);
+    c.keys = KeyRing::new(vec![
+        Key::from_secret(b"new-secret-0123456789").unwrap(),
+        Key::from_secret(b"old-secret-0123456789").unwrap(),
+    ]);
+    c.accept_unsigned = accept_unsigned;
+    Session::new(c).unwrap()
+}
+
+fn lookup(s: &Session, path: &str, cookies: &[&str]) -> Lookup {
+    s.lookup(
+        &SessionRequest {
+            path,
+            cookies,
+            header: None,
+        },
+        NOW,
+    )
+}
+
+fn served(a: &str) -> Served<'static> {
+    Served {
+        address: Some(addr(a)),
+        ..Served::default()
+    }
+}
+
+fn value_of(emit: Option<Emit>) -> String {
+    match emit {
+        Some(Emit::SetCookie(h)) => {
+            let v = h.split(';').next().unwrap().split_once('=').unwrap().1;
+            v.trim_matches('"').to_string()
+        }
+        other => panic!("expected a Set-Cookie, got {other:?}"),
+    }
+}
+
+fn envoy_value(a: &str, expires: Option<u64>) -> String {
+    let mut c = SessionCookie::new(AddressList::parse(a).unwrap());
+    c.expires = expires;
+    cookie::encode(&c, Format::Envoy, None).unwrap()
+}
+
+#[test]
+fn first_request_gets_a_cookie_for_the_served_host() {
+    let s = cookie_session("/", 120, Format::Envoy);
+    let l = lookup(&s, "/x", &[]);
+    assert_eq!(l, Lookup::Miss(Miss::Absent));
+    assert_eq!(l.override_header_value(), None);
+    let Some(Emit::SetCookie(h)) = s.respond(&l, &served("127.0.0.1:19002"), NOW) else {
+        panic!()
+    };
+    let value = envoy_value("127.0.0.1:19002", Some(NOW + 120));
+    assert_eq!(
+        h,
+        format!("global-session-cookie=\"{value}\"; Max-Age=120; Path=/; SameSite=Lax; HttpOnly")
+    );
+}
+
+#[test]
+fn pinned_replay_routes_there_and_sets_nothing() {
+    let s = cookie_session("/", 0, Format::Envoy);
+    let v = envoy_value("127.0.0.1:19001", None);
+    let header = format!("a=b; global-session-cookie=\"{v}\"");
+    let l = lookup(&s, "/", &[&header]);
+    assert_eq!(
+        l.override_header_value().as_deref(),
+        Some("127.0.0.1:19001")
+    );
+    assert_eq!(s.respond(&l, &served("127.0.0.1:19001"), NOW), None);
+    // Served elsewhere (the pinned host was gone): a new cookie for the new host.
+    let moved = value_of(s.respond(&l, &served("127.0.0.1:19003"), NOW));
+    assert_eq!(moved, envoy_value("127.0.0.1:19003", None));
+}
+
+#[test]
+fn every_format_is_read_whatever_the_write_format() {
+    let s = cookie_session("/", 0, Format::Envoy);
+    for (value, want) in [
+        ("MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE=", "127.0.0.1:443"), // grpc
+        ("MTI3LjAuMC4xOjQ0Mw==", "127.0.0.1:443"),             // legacy
+        (
+            "MTAuMC4wLjE6ODAsWzIwMDE6ZGI4OjoxXTo4MDtjbHVzdGVyX2E=",
+            "10.0.0.1:80,[2001:db8::1]:80",
+        ),
+    ] {
+        let h = format!("global-session-cookie={value}");
+        assert_eq!(
+            lookup(&s, "/", &[&h]).override_header_value().as_deref(),
+            Some(want)
+        );
+    }
+}
+
+#[test]
+fn bad_cookies_are_no_session_and_get_a_fresh_cookie() {
+    let s = cookie_session("/", 0, Format::Envoy);
+    let expired = envoy_value("127.0.0.1:1", Some(NOW - 1));
+    for (value, miss) in [
+        (expired.as_str(), Miss::Expired(NOW - 1)),
+        ("garbage!", Miss::Invalid(cookie::DecodeError::Base64)),
+        ("\"unbalanced", Miss::Invalid(cookie::DecodeError::Quotes)),
+    ] {
+        let h = format!("global-session-cookie={value}");
+        let l = lookup(&s, "/", &[&h]);
+        assert_eq!(l, Lookup::Miss(miss));
+        assert!(s.respond(&l, &served("127.0.0.1:2"), NOW).is_some());
+    }
+    // Still valid during its expiry second.
+    let edge = envoy_value("127.0.0.1:1", Some(NOW));
+    assert!(matches!(
+        lookup(&s, "/", &[&format!("global-session-cookie={edge}")]),
+        Lookup::Pinned(_)
+    ));
+}
+
+#[test]
+fn path_gate_bypasses_request_and_response() {
+    let s = cookie_session("/api", 0, Format::Envoy);
+    let v = envoy_value("127.0.0.1:1", None);
+    let h = format!("global-session-cookie={v}");
+    assert_eq!(lookup(&s, "/other", &[&h]), Lookup::Bypass);
+    assert_eq!(
+        s.respond(&Lookup::Bypass, &served("127.0.0.1:2"), NOW),
+        None
+    );
+    assert!(matches!(lookup(&s, "/api?q=1", &[&h]), Lookup::Pinned(_)));
+    assert!(matches!(lookup(&s, "/api/x", &[&h]), Lookup::Pinned(_)));
+}
+
+#[test]
+fn never_mints_for_a_failed_connection_or_an_unknown_host() {
+    let s = cookie_session("/", 0, Format::Envoy);
+    let l = lookup(&s, "/", &[]);
+    let failed = Served {
+        address: Some(addr("127.0.0.1:9")),
+        connect_failed: true,
+        ..Served::default()
+    };
+    assert_eq!(s.respond(&l, &failed, NOW), None);
+    assert_eq!(s.respond(&l, &Served::default(), NOW), None);
+}
+
+#[test]
+fn grpc_format_matches_c_core_and_tracks_cluster_and_addresses() {
+    let s = cookie_session("/", 60, Format::Grpc);
+    let l = lookup(&s, "/", &[]);
+    let srv = Served {
+        cluster: Some("cluster-ssa"),
+        ..served("127.0.0.1:41271")
+    };
+    let Some(Emit::SetCookie(h)) = s.respond(&l, &srv, NOW) else {
+        panic!()
+    };
+    assert_eq!(
+        h,
+        "global-session-cookie=MTI3LjAuMC4xOjQxMjcxO2NsdXN0ZXItc3Nh; HttpOnly; Path=/; Max-Age=60; SameSite=Lax"
+    );
+    // Pinned with the same cluster: nothing. A cookie without a cluster is rewritten once (A60).
+    let same = lookup(
+        &s,
+        "/",
+        &["global-session-cookie=MTI3LjAuMC4xOjQxMjcxO2NsdXN0ZXItc3Nh"],
+    );
+    assert_eq!(s.respond(&same, &srv, NOW), None);
+    let legacy = lookup(&s, "/", &["global-session-cookie=MTI3LjAuMC4xOjQxMjcx"]);
+    assert_eq!(
+        value_of(s.respond(&legacy, &srv, NOW)),
+        "MTI3LjAuMC4xOjQxMjcxO2NsdXN0ZXItc3Nh"
+    );
+    // The endpoint's address list changed (A61): rewritten with the new list.
+    let others = [addr("[::1]:41271")];
+    let multi = Served {
+        other_addresses: &others,
+        ..srv
+    };
+    let v = value_of(s.respond(&same, &multi, NOW));
+    let d = cookie::decode(&v, &KeyRing::empty()).unwrap();
+    assert_eq!(
+        d.cookie.addresses.to_string(),
+        "127.0.0.1:41271,[::1]:41271"
+    );
+}
+
+#[test]
+fn legacy_format_writes_only_the_address() {
+    let s = cookie_session("/", 30, Format::Legacy);
+    let others = [addr("[::1]:1")];
+    let srv = Served {
+        other_addresses: &others,
+        cluster: Some("c"),
+        ..served("127.0.0.1:1")
+    };
+    let v = value_of(s.respond(&lookup(&s, "/", &[]), &srv, NOW));
+    assert_eq!(v, "MTI3LjAuMC4xOjE=");
+}
+
+#[test]
+fn signed_cookies_verify_with_any_key_and_reject_forgeries() {
+    let s = signed_session(false);
+    let v = value_of(s.respond(&lookup(&s, "/", &[]), &served("127.0.0.1:7"), NOW));
+    let h = format!("s={v}");
+    assert!(matches!(lookup(&s, "/", &[&h]), Lookup::Pinned(_)));
+
+    // Signed by the old key (second in the ring): still honoured (rotation).
+    let old = KeyRing::new(vec![Key::from_secret(b"old-secret-0123456789").unwrap()]);
+    let c = SessionCookie::new(AddressList::parse("127.0.0.1:7").unwrap());
+    let by_old = cookie::encode(&c, Format::Envoy, old.signer()).unwrap();
+    assert!(matches!(
+        lookup(&s, "/", &[&format!("s={by_old}")]),
+        Lookup::Pinned(_)
+    ));
+
+    // Signed by a key not in the ring, or tampered: no session.
+    let other = KeyRing::new(vec![Key::from_secret(b"attacker-key-0123456789").unwrap()]);
+    let forged = cookie::encode(&c, Format::Envoy, other.signer()).unwrap();
+    assert_eq!(
+        lookup(&s, "/", &[&format!("s={forged}")]),
+        Lookup::Miss(Miss::BadMac)
+    );
+    // Unsigned cookies are refused unless accept_unsigned.
+    let plain = envoy_value("127.0.0.1:7", None);
+    assert_eq!(
+        lookup(&s, "/", &[&format!("s={plain}")]),
+        Lookup::Miss(Miss::Unsigned)
+    );
+    let lenient = signed_session(true);
+    let l = lookup(&lenient, "/", &[&format!("s={plain}")]);
+    assert!(matches!(l, Lookup::Pinned(_)));
+    // ... and are upgraded to a signed cookie on the way back.
+    let up = value_of(lenient.respond(&l, &served("127.0.0.1:7"), NOW));
+    assert!(matches!(
+        lookup(&s, "/", &[&format!("s={up}")]),
+        Lookup::Pinned(_)
+    ));
+}
+
+#[test]
+fn header_mode_reads_and_writes_the_header() {
+    let s = Session::new(SessionConfig::header("X-Session").unwrap()).unwrap();
+    assert_eq!(s.header_name(), Some("x-session"));
+    let req = SessionRequest {
+        path: "/anything",
+        cookies: &[],
+        header: Some("MTI3LjAuMC4xOjQ0Mw=="),
+    };
+    let l = s.lookup(&req, NOW);
+    assert_eq!(l.override_header_value().as_deref(), Some("127.0.0.1:443"));
+    assert_eq!(s.respond(&l, &served("127.0.0.1:443"), NOW), None);
+    assert_eq!(
+        s.respond(&l, &served("127.0.0.1:444"), NOW),
+        Some(Emit::Header {
+            name: "x-session".into(),
+            value: "MTI3LjAuMC4xOjQ0NA==".into()
+        })
+    );
+}
+
+#[test]
+fn first_cookie_of_the_name_wins() {
+    let s = cookie_session("/", 0, Format::Envoy);
+    let a = envoy_value("127.0.0.1:1", None);
+    let b = envoy_value("127.0.0.1:2", None);
+    let h1 = format!("global-session-cookie={a}");
+    let h2 = format!("global-session-cookie={b}");
+    assert_eq!(
+        lookup(&s, "/", &[&h1, &h2])
+            .override_header_value()
+            .as_deref(),
+        Some("127.0.0.1:1")
+    );
+}
+
+#[test]
+fn signing_needs_the_envoy_format() {
+    let spec = CookieSpec::new("s", "", Duration::ZERO, vec![]).unwrap();
+    let mut c = SessionConfig::cookie(spec);
+    c.format = Format::Grpc;
+    c.keys = KeyRing::new(vec![Key::from_secret(b"0123456789abcdef").unwrap()]);
+    let err = Session::new(c).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "format: \"grpc\" cannot carry a MAC; signing keys need format \"envoy\""
+    );
+}
+
+#[test]
+fn strict_refuses_only_a_fallback_host() {
+    let mut c = SessionConfig::cookie(CookieSpec::new("s", "/", Duration::ZERO, vec![]).unwrap());
+    c.strict = true;
+    let strict = Session::new(c).unwrap();
+    let loose = cookie_session("/", 0, Format::Envoy);
+    let pinned_value = envoy_value("127.0.0.1:1,127.0.0.1:2", None);
+    let cookie = format!("s={pinned_value}");
+    let pinned = lookup(&strict, "/", &[&cookie]);
+    assert!(matches!(pinned, Lookup::Pinned(_)));
+    // Another host answered: the load balancer fell back.
+    assert!(strict.strict_refuses(&pinned, &served("127.0.0.1:9")));
+    assert!(!loose.strict_refuses(&pinned, &served("127.0.0.1:9")));
+    // Any of the session's addresses is the session's endpoint.
+    assert!(!strict.strict_refuses(&pinned, &served("127.0.0.1:1")));
+    assert!(!strict.strict_refuses(&pinned, &served("127.0.0.1:2")));
+    // A failed connection is an error already; an unknown host is not judged.
+    let failed = Served {
+        connect_failed: true,
+        ..served("127.0.0.1:9")
+    };
+    assert!(!strict.strict_refuses(&pinned, &failed));
+    assert!(!strict.strict_refuses(&pinned, &Served::default()));
+    // Without a session there is nothing to be strict about.
+    let miss = lookup(&strict, "/", &[]);
+    assert!(!strict.strict_refuses(&miss, &served("127.0.0.1:9")));
+}
