@@ -36,6 +36,43 @@ pub fn parse(text: &str) -> Result<SocketAddr, AddressError> {
         .map_err(|_| AddressError::Invalid(String::from(text)))
 }
 
+/// Appends the text of `addr` to `out`, exactly as its `Display` writes it.
+/// IPv4 (the common case on every request's hot path) is written directly,
+/// several times faster than going through the formatter.
+pub fn push_text(out: &mut Vec<u8>, addr: &SocketAddr) {
+    match addr {
+        SocketAddr::V4(a) => {
+            for (i, octet) in a.ip().octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                push_decimal(out, u32::from(octet));
+            }
+            out.push(b':');
+            push_decimal(out, u32::from(a.port()));
+        }
+        SocketAddr::V6(_) => {
+            let mut s = String::with_capacity(48);
+            let _ = fmt::write(&mut s, format_args!("{addr}")); // cannot fail on a String
+            out.extend_from_slice(s.as_bytes());
+        }
+    }
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut n: u32) {
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
 /// A non-empty, ordered list of addresses: the primary first, then the
 /// endpoint's other addresses.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -81,6 +118,16 @@ impl AddressList {
         &self.0[1..]
     }
 
+    /// Appends `a,b,c` (the [`fmt::Display`] form) to `out`.
+    pub fn push_text(&self, out: &mut Vec<u8>) {
+        for (i, a) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            push_text(out, a);
+        }
+    }
+
     /// Number of addresses (at least 1).
     #[allow(clippy::len_without_is_empty)] // never empty by construction
     pub fn len(&self) -> usize {
@@ -112,6 +159,29 @@ mod tests {
         assert_eq!(l.len(), 2);
         assert_eq!(l.to_string(), "10.0.0.1:80,[2001:db8::1]:80");
         assert_eq!(l.others().len(), 1);
+    }
+
+    #[test]
+    fn push_text_writes_what_display_writes() {
+        let samples = [
+            "0.0.0.0:0",
+            "255.255.255.255:65535",
+            "10.20.3.4:8080",
+            "[::1]:80",
+            "[2001:db8::1]:443",
+            "[::ffff:1.2.3.4]:1",
+            "[fe80::1%7]:9",
+        ];
+        for text in samples {
+            let a = parse(text).unwrap();
+            let mut out = Vec::new();
+            push_text(&mut out, &a);
+            assert_eq!(core::str::from_utf8(&out).unwrap(), a.to_string());
+        }
+        let list = AddressList::parse("1.2.3.4:5,[::1]:6").unwrap();
+        let mut out = Vec::new();
+        list.push_text(&mut out);
+        assert_eq!(out, list.to_string().into_bytes());
     }
 
     #[test]

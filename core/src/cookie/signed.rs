@@ -15,10 +15,8 @@
 //!
 //! Envoy ignores field 102, so a signed cookie still pins in stock Envoy.
 
-use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
-use core::fmt::Write as _;
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 
@@ -94,11 +92,11 @@ fn feed(h: &mut Hmac<Sha256>, cookie: &SessionCookie) {
     let cluster = cookie.cluster.as_deref().unwrap_or("");
     put(h, cluster.as_bytes());
     h.update(&(cookie.addresses.len() as u32).to_be_bytes());
-    let mut buf = String::with_capacity(48);
+    let mut buf = Vec::with_capacity(48);
     for a in cookie.addresses.as_slice() {
         buf.clear();
-        let _ = write!(buf, "{a}"); // cannot fail on a String
-        put(h, buf.as_bytes());
+        crate::address::push_text(&mut buf, a);
+        put(h, &buf);
     }
 }
 

@@ -1,7 +1,7 @@
 //! The text payloads: gRPC C-core's `addr[,addr...];cluster` and the legacy
 //! plain `ip:port`.
 
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 
 use super::{DecodeError, Format, SessionCookie};
@@ -45,12 +45,13 @@ pub(super) fn parse(text: &str) -> Result<(SessionCookie, Format), DecodeError> 
 
 /// Writes the text payload; the caller has checked the format can carry it.
 pub(super) fn to_text(cookie: &SessionCookie, format: Format) -> Vec<u8> {
-    let mut out = cookie.addresses.to_string();
+    let mut out = Vec::with_capacity(32);
+    cookie.addresses.push_text(&mut out);
     if format == Format::Grpc {
-        out.push(';');
+        out.push(b';');
         if let Some(c) = &cookie.cluster {
-            out.push_str(c);
+            out.extend_from_slice(c.as_bytes());
         }
     }
-    out.into_bytes()
+    out
 }
