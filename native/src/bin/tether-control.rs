@@ -1,0 +1,92 @@
+//! `tether-control`: serves a YAML file's services and routes over ADS to
+//! Envoy and proxyless gRPC clients, and follows changes to the file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use tether::control::{Reload, Reloader};
+
+/// tether's xDS control plane.
+#[derive(Debug, Parser)]
+#[command(name = "tether-control", version, about, long_about = None)]
+struct Args {
+    /// The configuration file (YAML; see CONTROL.md).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: PathBuf,
+    /// Address to serve ADS on (port 0 picks a free port; the address is
+    /// printed on stdout as `listening on <addr>`).
+    #[arg(long, default_value = "127.0.0.1:18000")]
+    listen: SocketAddr,
+    /// How often to check the file for changes, in milliseconds.
+    #[arg(long, default_value_t = 250)]
+    poll_ms: u64,
+    /// Log streams, pushes and NACKs to stderr.
+    #[arg(long, short = 'v')]
+    verbose: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tether-control: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    std::process::exit(runtime.block_on(run(args)));
+}
+
+async fn run(args: Args) -> i32 {
+    let (plane, reloader) = match Reloader::start(&args.config) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tether-control: {e}");
+            return 1;
+        }
+    };
+    let plane = if args.verbose {
+        plane.with_logging()
+    } else {
+        plane
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("tether-control: cannot listen on {}: {e}", args.listen);
+            return 1;
+        }
+    };
+    let addr = listener.local_addr().unwrap_or(args.listen);
+    println!("listening on {addr}");
+    eprintln!(
+        "tether-control: serving {} version {} on {addr}",
+        args.config.display(),
+        plane.snapshot().version
+    );
+    tokio::spawn(
+        reloader.run(Duration::from_millis(args.poll_ms.max(10)), |r| match r {
+            Reload::Published(v) => eprintln!("tether-control: reloaded, serving version {v}"),
+            Reload::Rejected(e) => {
+                eprintln!("tether-control: rejected: {e}; still serving the last good version")
+            }
+            Reload::Unchanged => {}
+        }),
+    );
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    match plane.serve(listener, shutdown).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("tether-control: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! tether's control plane: an ADS management server that serves snapshots
+//! translated from a YAML file a person writes.
+//!
+//! - [`model`]: the YAML schema (services, endpoints, virtual hosts, routes,
+//!   affinity strategies in Contour's vocabulary) and its validation.
+//! - [`translate`]: model → Listener, RouteConfiguration, Cluster and
+//!   ClusterLoadAssignment, for Envoy and for proxyless gRPC.
+//! - [`server`]: the ADS state-of-the-world server with versioned snapshots.
+//! - [`watch`]: reloading the file on change or SIGHUP, keeping the last
+//!   good snapshot when a new file is bad.
+
+pub mod model;
+pub mod server;
+pub mod translate;
+pub mod watch;
+
+pub use model::{Config, ModelError};
+pub use server::{ControlPlane, Snapshot};
+pub use translate::{translate, Flavor, Translated};
+pub use watch::{LoadError, Reload, Reloader};

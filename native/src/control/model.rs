@@ -1,0 +1,730 @@
+//! The control plane's YAML file: services with their endpoints, virtual
+//! hosts with routes, and per-route affinity in Contour's vocabulary
+//! (`loadBalancerPolicy.strategy`: `RoundRobin`, `Random`, `Cookie`,
+//! `RequestHash` with `requestHashPolicies`, or `Session` for a stateful
+//! session cookie). See `CONTROL.md` for the format with an example.
+//!
+//! Parsing rejects unknown fields and bad values with the field's path, line
+//! and column; [`Config::validate`] then checks what crosses fields (service
+//! references, strategy settings) and names the field's path.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tether_core::http::set_cookie::CookieSpec;
+
+use crate::xds::resource::endpoint::{HealthSet, HealthStatus};
+
+/// A problem with the configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelError {
+    /// Not valid YAML, or a field of the wrong type, unknown or with a bad
+    /// value; the message names the field path, line and column.
+    Parse(String),
+    /// A field that is wrong together with others.
+    Invalid {
+        /// Path of the field, e.g. `virtualhosts[0].routes[1].services[0].name`.
+        field: String,
+        /// The value as written.
+        value: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+impl ModelError {
+    fn invalid(
+        field: impl Into<String>,
+        value: impl fmt::Debug,
+        problem: impl Into<String>,
+    ) -> Self {
+        ModelError::Invalid {
+            field: field.into(),
+            value: format!("{value:?}"),
+            problem: problem.into(),
+        }
+    }
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelError::Parse(m) => f.write_str(m),
+            ModelError::Invalid {
+                field,
+                value,
+                problem,
+            } => write!(f, "{field}: {value} {problem}"),
+        }
+    }
+}
+
+impl std::error::Error for ModelError {}
+
+/// The whole file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where Envoy listens; omit it for proxyless clients only.
+    #[serde(default)]
+    pub listener: Option<ListenerSpec>,
+    /// Virtual hosts; each is also a proxyless target (`xds:///<name>`).
+    #[serde(default)]
+    pub virtualhosts: Vec<VirtualHostSpec>,
+    /// Services and their endpoints.
+    #[serde(default)]
+    pub services: Vec<ServiceSpec>,
+}
+
+/// Envoy's listener.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ListenerSpec {
+    /// Listener name (default `tether-ingress`).
+    #[serde(default = "default_listener_name")]
+    pub name: String,
+    /// IP address to bind (default `127.0.0.1`).
+    #[serde(default = "default_listener_address")]
+    pub address: std::net::IpAddr,
+    /// Port to bind.
+    pub port: u16,
+}
+
+fn default_listener_name() -> String {
+    "tether-ingress".to_owned()
+}
+
+fn default_listener_address() -> std::net::IpAddr {
+    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+}
+
+/// A virtual host.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VirtualHostSpec {
+    /// Its name; proxyless clients dial `xds:///<name>`.
+    pub name: String,
+    /// Host names it serves (default: the name). `*` matches any.
+    #[serde(default)]
+    pub domains: Vec<String>,
+    /// Routes, first match wins.
+    #[serde(default)]
+    pub routes: Vec<RouteSpec>,
+}
+
+/// A route.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSpec {
+    /// Match conditions, all of which must hold (default: prefix `/`).
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// Services to send to, by weight.
+    pub services: Vec<RouteService>,
+    /// How to pick an endpoint and keep sessions.
+    #[serde(default, rename = "loadBalancerPolicy")]
+    pub load_balancer_policy: LoadBalancerPolicy,
+}
+
+/// A match condition (Contour's `conditions` entries).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Condition {
+    /// Path prefix.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Exact path.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// A header condition.
+    #[serde(default)]
+    pub header: Option<HeaderCondition>,
+}
+
+/// A header condition; exactly one of the tests is set.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderCondition {
+    /// Header name.
+    pub name: String,
+    /// Value equals.
+    #[serde(default)]
+    pub exact: Option<String>,
+    /// Value does not equal.
+    #[serde(default, rename = "notexact")]
+    pub not_exact: Option<String>,
+    /// Value contains.
+    #[serde(default)]
+    pub contains: Option<String>,
+    /// Value does not contain.
+    #[serde(default, rename = "notcontains")]
+    pub not_contains: Option<String>,
+    /// Header is present.
+    #[serde(default)]
+    pub present: Option<bool>,
+    /// Header is absent.
+    #[serde(default, rename = "notpresent")]
+    pub not_present: Option<bool>,
+}
+
+/// A weighted service of a route.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteService {
+    /// A service name from `services`.
+    pub name: String,
+    /// Relative weight (default 1).
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Contour's load balancer strategies plus `Session`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, Hash, PartialOrd, Ord)]
+pub enum Strategy {
+    /// Round robin (default).
+    #[default]
+    RoundRobin,
+    /// Random (proxyless clients get round robin).
+    Random,
+    /// Ring hash on a generated cookie (`X-Contour-Session-Affinity`).
+    Cookie,
+    /// Ring hash on request attributes (`requestHashPolicies`).
+    RequestHash,
+    /// Stateful session: a cookie naming the endpoint (A55), with
+    /// `session` settings.
+    Session,
+}
+
+impl Strategy {
+    /// The name as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::RoundRobin => "RoundRobin",
+            Strategy::Random => "Random",
+            Strategy::Cookie => "Cookie",
+            Strategy::RequestHash => "RequestHash",
+            Strategy::Session => "Session",
+        }
+    }
+}
+
+/// `loadBalancerPolicy`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct LoadBalancerPolicy {
+    /// The strategy.
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// For `RequestHash`: what to hash, in order.
+    #[serde(default, rename = "requestHashPolicies")]
+    pub request_hash_policies: Vec<RequestHashPolicy>,
+    /// For `Session`: the cookie and the cluster's session settings.
+    #[serde(default)]
+    pub session: Option<SessionSpec>,
+}
+
+/// One of Contour's `requestHashPolicies`; exactly one source is set.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RequestHashPolicy {
+    /// Stop here when this entry produced a hash.
+    #[serde(default)]
+    pub terminal: bool,
+    /// Hash a header.
+    #[serde(default, rename = "headerHashOptions")]
+    pub header_hash_options: Option<HeaderHashOptions>,
+    /// Hash a query parameter (Envoy only; gRPC ignores it).
+    #[serde(default, rename = "queryParameterHashOptions")]
+    pub query_parameter_hash_options: Option<QueryParameterHashOptions>,
+    /// Hash the client's IP (Envoy only; gRPC ignores it).
+    #[serde(default, rename = "hashSourceIP")]
+    pub hash_source_ip: bool,
+}
+
+/// `headerHashOptions`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderHashOptions {
+    /// The header to hash.
+    #[serde(rename = "headerName")]
+    pub header_name: String,
+}
+
+/// `queryParameterHashOptions`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QueryParameterHashOptions {
+    /// The parameter to hash.
+    #[serde(rename = "parameterName")]
+    pub parameter_name: String,
+}
+
+/// `session` of a `Session` strategy.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSpec {
+    /// The session cookie: `{name, path, ttl, attributes}`, validated by
+    /// tether-core's session configuration rules.
+    pub cookie: CookieField,
+    /// Envoy's `strict`: a cookie naming an unusable endpoint gets 503.
+    #[serde(default)]
+    pub strict: bool,
+    /// Endpoint health statuses a session stays on (default UNKNOWN, HEALTHY).
+    #[serde(default, rename = "overrideHostStatus")]
+    pub override_host_status: Option<Vec<HealthField>>,
+    /// How long an unused session keeps its connection (proxyless; default 1 h).
+    #[serde(default, rename = "idleTimeout")]
+    pub idle_timeout: Option<DurationField>,
+}
+
+/// A cookie specification (`{name, path, ttl, attributes}`) checked by
+/// `tether_core::config::cookie_spec`, the same rules as every other
+/// session configuration in tether.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CookieField(pub CookieSpec);
+
+impl<'de> Deserialize<'de> for CookieField {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CookieField;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a cookie: {name, path, ttl, attributes}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<CookieField, A::Error> {
+                let mut fields = serde_json::Map::new();
+                while let Some((k, v)) = map.next_entry::<String, serde_json::Value>()? {
+                    fields.insert(k, v);
+                }
+                // Failing here, inside the mapping, keeps the cookie's path and line.
+                tether_core::config::cookie_spec(&serde_json::Value::Object(fields))
+                    .map(CookieField)
+                    .map_err(|e| serde::de::Error::custom(e.to_string()))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A duration as protobuf JSON writes it (`"60s"`, `"1.5s"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurationField(pub Duration);
+
+impl TryFrom<String> for DurationField {
+    type Error = String;
+    fn try_from(v: String) -> Result<Self, String> {
+        tether_core::duration::parse(&v)
+            .map(DurationField)
+            .map_err(|e| format!("{v:?} {e}"))
+    }
+}
+
+/// An EDS health status name (`HEALTHY`, `DRAINING`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HealthField(pub HealthStatus);
+
+/// Deserializes a scalar through `TryFrom<String>`, failing inside the
+/// scalar so the error carries the field's own path, line and column.
+macro_rules! scalar_via_try_from {
+    ($t:ty, $what:literal) => {
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl serde::de::Visitor<'_> for V {
+                    type Value = $t;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str($what)
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<$t, E> {
+                        <$t>::try_from(v.to_owned()).map_err(E::custom)
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+    };
+}
+
+scalar_via_try_from!(DurationField, "a duration such as \"60s\"");
+scalar_via_try_from!(HealthField, "a health status such as HEALTHY");
+
+impl TryFrom<String> for HealthField {
+    type Error = String;
+    fn try_from(v: String) -> Result<Self, String> {
+        v.parse().map(HealthField).map_err(|()| {
+            format!("{v:?} is not one of UNKNOWN, HEALTHY, UNHEALTHY, DRAINING, TIMEOUT, DEGRADED")
+        })
+    }
+}
+
+impl Default for HealthField {
+    fn default() -> Self {
+        HealthField(HealthStatus::Healthy)
+    }
+}
+
+/// How Envoy talks to a service's endpoints.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// HTTP/1.1 (default).
+    #[default]
+    Http1,
+    /// HTTP/2 without TLS (gRPC backends).
+    H2c,
+}
+
+/// A service.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSpec {
+    /// Its name: the EDS resource name and the base of its cluster names.
+    pub name: String,
+    /// Protocol Envoy uses towards the endpoints.
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// Weights of localities (`region/zone/subzone` or a prefix of it); 1 when absent.
+    #[serde(default, rename = "localityWeights")]
+    pub locality_weights: BTreeMap<String, u32>,
+    /// Endpoints.
+    #[serde(default)]
+    pub endpoints: Vec<EndpointSpec>,
+}
+
+/// An endpoint.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointSpec {
+    /// `ip:port` (`[v6]:port` for IPv6).
+    pub address: SocketAddr,
+    /// The endpoint's other addresses (A61).
+    #[serde(default, rename = "additionalAddresses")]
+    pub additional_addresses: Vec<SocketAddr>,
+    /// Relative weight within its locality (default 1).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// EDS health status (default HEALTHY).
+    #[serde(default)]
+    pub health: HealthField,
+    /// Priority, 0 the most preferred (default 0).
+    #[serde(default)]
+    pub priority: u32,
+    /// Locality as `region/zone/subzone` (default empty).
+    #[serde(default)]
+    pub locality: String,
+}
+
+/// The cluster-level settings a `Session` route asks of a service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionClusterSettings {
+    /// `override_host_status`.
+    pub override_host_status: HealthSet,
+    /// `idle_timeout`, if given.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl SessionSpec {
+    /// The settings the service's session cluster gets.
+    pub fn cluster_settings(&self) -> SessionClusterSettings {
+        SessionClusterSettings {
+            override_host_status: match &self.override_host_status {
+                None => HealthSet::default_override(),
+                Some(list) => list.iter().map(|h| h.0).collect(),
+            },
+            idle_timeout: self.idle_timeout.map(|d| d.0),
+        }
+    }
+}
+
+impl Config {
+    /// Parses and validates a configuration file's text.
+    pub fn parse(text: &str) -> Result<Config, ModelError> {
+        let config: Config =
+            serde_yaml_ng::from_str(text).map_err(|e| ModelError::Parse(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what single fields cannot: unique names, references, and the
+    /// settings each strategy needs.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let mut services = HashSet::new();
+        for (i, s) in self.services.iter().enumerate() {
+            let at = format!("services[{i}]");
+            if s.name.is_empty()
+                || s.name.contains([';', ',', '/'])
+                || s.name.contains(char::is_whitespace)
+            {
+                return Err(ModelError::invalid(
+                    format!("{at}.name"),
+                    &s.name,
+                    "must be non-empty without ';', ',', '/' or spaces",
+                ));
+            }
+            if !services.insert(s.name.as_str()) {
+                return Err(ModelError::invalid(
+                    format!("{at}.name"),
+                    &s.name,
+                    "is defined twice",
+                ));
+            }
+            let mut addresses = HashSet::new();
+            let mut priorities = std::collections::BTreeSet::new();
+            for (j, e) in s.endpoints.iter().enumerate() {
+                let eat = format!("{at}.endpoints[{j}]");
+                if e.weight == 0 {
+                    return Err(ModelError::invalid(
+                        format!("{eat}.weight"),
+                        0,
+                        "must be greater than 0",
+                    ));
+                }
+                for a in std::iter::once(&e.address).chain(&e.additional_addresses) {
+                    if !addresses.insert(*a) {
+                        return Err(ModelError::invalid(
+                            format!("{eat}.address"),
+                            a.to_string(),
+                            "is listed twice in this service",
+                        ));
+                    }
+                }
+                if e.locality.split('/').count() > 3 {
+                    return Err(ModelError::invalid(
+                        format!("{eat}.locality"),
+                        &e.locality,
+                        "has more than region/zone/subzone",
+                    ));
+                }
+                priorities.insert(e.priority);
+            }
+            if let Some(max) = priorities.iter().next_back() {
+                if *max as usize + 1 != priorities.len() {
+                    return Err(ModelError::invalid(
+                        format!("{at}.endpoints"),
+                        priorities.iter().collect::<Vec<_>>(),
+                        "priorities must be contiguous from 0",
+                    ));
+                }
+            }
+            for (k, w) in &s.locality_weights {
+                if *w == 0 {
+                    return Err(ModelError::invalid(
+                        format!("{at}.localityWeights.{k}"),
+                        0,
+                        "must be greater than 0",
+                    ));
+                }
+            }
+        }
+        let mut vhosts = HashSet::new();
+        // Per service: the session settings and the route that set them.
+        let mut session_settings: BTreeMap<&str, (SessionClusterSettings, String)> =
+            BTreeMap::new();
+        for (i, vh) in self.virtualhosts.iter().enumerate() {
+            let at = format!("virtualhosts[{i}]");
+            if vh.name.is_empty() {
+                return Err(ModelError::invalid(
+                    format!("{at}.name"),
+                    "",
+                    "must be non-empty",
+                ));
+            }
+            if !vhosts.insert(vh.name.as_str()) {
+                return Err(ModelError::invalid(
+                    format!("{at}.name"),
+                    &vh.name,
+                    "is defined twice",
+                ));
+            }
+            for (j, r) in vh.routes.iter().enumerate() {
+                let rat = format!("{at}.routes[{j}]");
+                for (k, c) in r.conditions.iter().enumerate() {
+                    condition(c, &format!("{rat}.conditions[{k}]"))?;
+                }
+                if r.services.is_empty() {
+                    return Err(ModelError::invalid(
+                        format!("{rat}.services"),
+                        "[]",
+                        "must name at least one service",
+                    ));
+                }
+                for (k, s) in r.services.iter().enumerate() {
+                    if !services.contains(s.name.as_str()) {
+                        return Err(ModelError::invalid(
+                            format!("{rat}.services[{k}].name"),
+                            &s.name,
+                            "is not a service defined in services",
+                        ));
+                    }
+                    if s.weight == 0 && r.services.len() == 1 {
+                        return Err(ModelError::invalid(
+                            format!("{rat}.services[{k}].weight"),
+                            0,
+                            "must be greater than 0",
+                        ));
+                    }
+                }
+                if r.services.iter().all(|s| s.weight == 0) {
+                    return Err(ModelError::invalid(
+                        format!("{rat}.services"),
+                        "all weights 0",
+                        "need a weight above 0",
+                    ));
+                }
+                let p = &r.load_balancer_policy;
+                let pat = format!("{rat}.loadBalancerPolicy");
+                match p.strategy {
+                    Strategy::RequestHash if p.request_hash_policies.is_empty() => {
+                        return Err(ModelError::invalid(
+                            format!("{pat}.requestHashPolicies"),
+                            "[]",
+                            "must not be empty with strategy RequestHash",
+                        ))
+                    }
+                    Strategy::RequestHash => {}
+                    _ if !p.request_hash_policies.is_empty() => {
+                        return Err(ModelError::invalid(
+                            format!("{pat}.requestHashPolicies"),
+                            p.strategy.as_str(),
+                            "are only used with strategy RequestHash",
+                        ))
+                    }
+                    _ => {}
+                }
+                for (k, h) in p.request_hash_policies.iter().enumerate() {
+                    let set = usize::from(h.header_hash_options.is_some())
+                        + usize::from(h.query_parameter_hash_options.is_some())
+                        + usize::from(h.hash_source_ip);
+                    if set != 1 {
+                        return Err(ModelError::invalid(
+                            format!("{pat}.requestHashPolicies[{k}]"),
+                            set,
+                            "sources set; exactly one of headerHashOptions, queryParameterHashOptions, hashSourceIP is needed",
+                        ));
+                    }
+                    if let Some(hh) = &h.header_hash_options {
+                        if !tether_core::http::syntax::is_token(&hh.header_name) {
+                            return Err(ModelError::invalid(
+                                format!(
+                                    "{pat}.requestHashPolicies[{k}].headerHashOptions.headerName"
+                                ),
+                                &hh.header_name,
+                                "is not a valid header name",
+                            ));
+                        }
+                    }
+                }
+                match (p.strategy, &p.session) {
+                    (Strategy::Session, None) => {
+                        return Err(ModelError::invalid(
+                            format!("{pat}.session"),
+                            "",
+                            "is required with strategy Session",
+                        ))
+                    }
+                    (Strategy::Session, Some(s)) => {
+                        let settings = s.cluster_settings();
+                        for svc in &r.services {
+                            match session_settings.get(svc.name.as_str()) {
+                                Some((other, at_other)) if *other != settings => {
+                                    return Err(ModelError::invalid(
+                                        format!("{pat}.session"),
+                                        &svc.name,
+                                        format!(
+                                            "asks for other overrideHostStatus/idleTimeout on this service than {at_other}.session"
+                                        ),
+                                    ));
+                                }
+                                Some(_) => {}
+                                None => {
+                                    session_settings
+                                        .insert(svc.name.as_str(), (settings, pat.clone()));
+                                }
+                            }
+                        }
+                    }
+                    (other, Some(_)) => {
+                        return Err(ModelError::invalid(
+                            format!("{pat}.session"),
+                            other.as_str(),
+                            "is only used with strategy Session",
+                        ))
+                    }
+                    (_, None) => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The service named `name`.
+    pub fn service(&self, name: &str) -> Option<&ServiceSpec> {
+        self.services.iter().find(|s| s.name == name)
+    }
+}
+
+fn condition(c: &Condition, at: &str) -> Result<(), ModelError> {
+    let set = usize::from(c.prefix.is_some())
+        + usize::from(c.path.is_some())
+        + usize::from(c.header.is_some());
+    if set != 1 {
+        return Err(ModelError::invalid(
+            at,
+            set,
+            "conditions set; each entry needs exactly one of prefix, path, header",
+        ));
+    }
+    for (field, v) in [("prefix", &c.prefix), ("path", &c.path)] {
+        if let Some(p) = v {
+            if !p.starts_with('/') {
+                return Err(ModelError::invalid(
+                    format!("{at}.{field}"),
+                    p,
+                    "must start with '/'",
+                ));
+            }
+        }
+    }
+    if let Some(h) = &c.header {
+        if !tether_core::http::syntax::is_token(&h.name) {
+            return Err(ModelError::invalid(
+                format!("{at}.header.name"),
+                &h.name,
+                "is not a valid header name",
+            ));
+        }
+        let tests = usize::from(h.exact.is_some())
+            + usize::from(h.not_exact.is_some())
+            + usize::from(h.contains.is_some())
+            + usize::from(h.not_contains.is_some())
+            + usize::from(h.present.is_some())
+            + usize::from(h.not_present.is_some());
+        if tests != 1 {
+            return Err(ModelError::invalid(
+                format!("{at}.header"),
+                tests,
+                "tests set; exactly one of exact, notexact, contains, notcontains, present, notpresent is needed",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Splits `region/zone/subzone` (missing parts empty).
+pub fn split_locality(s: &str) -> (String, String, String) {
+    let mut it = s.splitn(3, '/');
+    let region = it.next().unwrap_or("").to_owned();
+    let zone = it.next().unwrap_or("").to_owned();
+    let sub = it.next().unwrap_or("").to_owned();
+    (region, zone, sub)
+}

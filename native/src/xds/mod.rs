@@ -1,0 +1,22 @@
+//! tether's xDS client: a gRPC-compatible bootstrap, one ADS stream per
+//! server with ACK/NACK and a resource cache, and the failure behaviour of
+//! gRFC A57 (connectivity errors, does-not-exist timers, backoff).
+//!
+//! - [`bootstrap`]: the bootstrap file gRPC clients read (`GRPC_XDS_BOOTSTRAP`).
+//! - [`client`]: [`XdsClient`], its watchers and the per-resource state that
+//!   load balancing and `tether xds dump` read.
+//! - [`resource`]: validation of Listener, RouteConfiguration, Cluster and
+//!   ClusterLoadAssignment into plain Rust structs, with gRPC's rules.
+//! - [`backoff`]: exponential backoff with jitter between stream attempts.
+//! - [`error`]: the errors watchers see.
+
+pub mod backoff;
+pub mod bootstrap;
+pub mod client;
+pub mod error;
+pub mod resource;
+
+pub use bootstrap::Bootstrap;
+pub use client::{ResourceState, ResourceStatus, Watcher, XdsClient};
+pub use error::XdsError;
+pub use resource::{Resource, ResourceKind};

@@ -1,0 +1,422 @@
+//! Cluster validation: EDS, LOGICAL_DNS and aggregate clusters, the LB
+//! policy (round robin, ring hash with its ring sizes, least request, pick
+//! first, wrr_locality), `common_lb_config.override_host_status` (A55) and the
+//! session idle timeout from `upstream_config` (A75).
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3 as cpb;
+use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig as AggregateConfig;
+use envoy_types::pb::envoy::extensions::load_balancing_policies as lbp;
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use prost::Name;
+
+pub use cpb::Cluster;
+
+use super::endpoint::{HealthSet, HealthStatus};
+use super::listener::config_source_is_ads;
+use super::{type_name, Check};
+
+/// Default session idle timeout (A75).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Largest ring size a ring hash policy may ask for.
+pub const MAX_RING_SIZE: u64 = 8_388_608;
+
+/// A validated cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterResource {
+    /// Its name.
+    pub name: String,
+    /// How its endpoints are found.
+    pub discovery: Discovery,
+    /// Load balancing policy of its endpoints.
+    pub lb_policy: LbPolicy,
+    /// Endpoint health statuses a session may stay pinned to
+    /// (default UNKNOWN and HEALTHY; only UNKNOWN, HEALTHY and DRAINING kept).
+    pub override_host_status: HealthSet,
+    /// How long an unused session keeps its connection (A75; default 1 h).
+    pub idle_timeout: Duration,
+}
+
+/// Where a cluster's endpoints come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Discovery {
+    /// EDS over the same stream; the ClusterLoadAssignment name is
+    /// `service_name` or else the cluster's name.
+    Eds {
+        /// `eds_cluster_config.service_name` if set.
+        service_name: Option<String>,
+    },
+    /// One DNS name, `host:port`.
+    LogicalDns {
+        /// The name and port to resolve.
+        target: String,
+    },
+    /// An aggregate cluster: the named clusters in priority order.
+    Aggregate {
+        /// Underlying clusters.
+        clusters: Vec<String>,
+    },
+}
+
+impl ClusterResource {
+    /// The EDS resource name to watch, for an EDS cluster.
+    pub fn eds_name(&self) -> Option<&str> {
+        match &self.discovery {
+            Discovery::Eds { service_name } => {
+                Some(service_name.as_deref().unwrap_or(self.name.as_str()))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A load balancing policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LbPolicy {
+    /// Round robin (inside weighted localities).
+    RoundRobin,
+    /// Ring hash (A42).
+    RingHash {
+        /// `minimum_ring_size` (default 1024).
+        min_ring_size: u64,
+        /// `maximum_ring_size` (default 8388608).
+        max_ring_size: u64,
+    },
+    /// Least request with `choice_count` random choices.
+    LeastRequest {
+        /// Choices per pick (default 2).
+        choice_count: u32,
+    },
+    /// Pick first.
+    PickFirst {
+        /// Shuffle the address list first.
+        shuffle: bool,
+    },
+    /// Weighted localities, each running the child policy.
+    WrrLocality(Box<LbPolicy>),
+}
+
+pub(crate) fn validate(c: &mut Check, cl: &Cluster) -> ClusterResource {
+    use cpb::cluster::ClusterDiscoveryType as T;
+    use cpb::cluster::DiscoveryType as D;
+    let discovery = match &cl.cluster_discovery_type {
+        Some(T::Type(t)) => match D::try_from(*t) {
+            Ok(D::Eds) => c.at("eds_cluster_config", |c| {
+                let Some(eds) = &cl.eds_cluster_config else {
+                    c.fail("field not present");
+                    return None;
+                };
+                c.at("eds_config", |c| {
+                    config_source_is_ads(c, eds.eds_config.as_ref())
+                });
+                if eds.service_name.is_empty() && cl.name.starts_with("xdstp:") {
+                    c.fail_at("service_name", "must be set for an xdstp: cluster name");
+                }
+                Some(Discovery::Eds {
+                    service_name: (!eds.service_name.is_empty()).then(|| eds.service_name.clone()),
+                })
+            }),
+            Ok(D::LogicalDns) => c.at("load_assignment", |c| logical_dns(c, cl)),
+            _ => {
+                c.at("type", |c| c.fail_value(*t, "DiscoveryType is not valid"));
+                None
+            }
+        },
+        Some(T::ClusterType(ct)) => c.at("cluster_type", |c| {
+            let any = ct.typed_config.as_ref();
+            match any {
+                Some(any) if type_name(&any.type_url) == AggregateConfig::full_name() => {
+                    let agg = c.at("typed_config", |c| c.unpack::<AggregateConfig>(any))?;
+                    if agg.clusters.is_empty() {
+                        c.fail_at("typed_config.clusters", "must be non-empty");
+                    }
+                    Some(Discovery::Aggregate {
+                        clusters: agg.clusters,
+                    })
+                }
+                Some(any) => {
+                    c.at("typed_config.type_url", |c| {
+                        c.fail_value(&any.type_url, "is an unsupported custom cluster type")
+                    });
+                    None
+                }
+                None => {
+                    c.fail_at("typed_config", "field not present");
+                    None
+                }
+            }
+        }),
+        None => {
+            c.fail("cluster_discovery_type: field not present");
+            None
+        }
+    };
+    let lb_policy = match &cl.load_balancing_policy {
+        Some(p) if !p.policies.is_empty() => {
+            c.at("load_balancing_policy", |c| typed_policy(c, p, 0))
+        }
+        _ => legacy_policy(c, cl),
+    };
+    let override_host_status = match cl
+        .common_lb_config
+        .as_ref()
+        .and_then(|l| l.override_host_status.as_ref())
+    {
+        None => HealthSet::default_override(),
+        // gRPC keeps UNKNOWN, HEALTHY and DRAINING and ignores the rest
+        // without a NACK.
+        Some(set) => set
+            .statuses
+            .iter()
+            .filter_map(|s| HealthStatus::from_i32(*s))
+            .filter(|h| {
+                matches!(
+                    h,
+                    HealthStatus::Unknown | HealthStatus::Healthy | HealthStatus::Draining
+                )
+            })
+            .collect(),
+    };
+    let idle_timeout = c.at("upstream_config", |c| {
+        let Some(ext) = &cl.upstream_config else {
+            return DEFAULT_IDLE_TIMEOUT;
+        };
+        let Some(any) = &ext.typed_config else {
+            c.fail_at("typed_config", "field not present");
+            return DEFAULT_IDLE_TIMEOUT;
+        };
+        if type_name(&any.type_url) != HttpProtocolOptions::full_name() {
+            c.at("typed_config.type_url", |c| {
+                c.fail_value(&any.type_url, "unsupported upstream config type")
+            });
+            return DEFAULT_IDLE_TIMEOUT;
+        }
+        let Some(opts) = c.at("typed_config", |c| c.unpack::<HttpProtocolOptions>(any)) else {
+            return DEFAULT_IDLE_TIMEOUT;
+        };
+        match opts
+            .common_http_protocol_options
+            .as_ref()
+            .and_then(|o| o.idle_timeout.as_ref())
+        {
+            None => DEFAULT_IDLE_TIMEOUT,
+            Some(d) => c
+                .at(
+                    "typed_config.common_http_protocol_options.idle_timeout",
+                    |c| c.duration(d),
+                )
+                .unwrap_or(DEFAULT_IDLE_TIMEOUT),
+        }
+    });
+    ClusterResource {
+        name: cl.name.clone(),
+        discovery: discovery.unwrap_or(Discovery::Eds { service_name: None }),
+        lb_policy: lb_policy.unwrap_or(LbPolicy::RoundRobin),
+        override_host_status,
+        idle_timeout,
+    }
+}
+
+fn logical_dns(c: &mut Check, cl: &Cluster) -> Option<Discovery> {
+    use envoy_types::pb::envoy::config::core::v3::{address, socket_address::PortSpecifier};
+    use envoy_types::pb::envoy::config::endpoint::v3::lb_endpoint::HostIdentifier;
+    let Some(la) = &cl.load_assignment else {
+        c.fail("field not present");
+        return None;
+    };
+    let eps: Vec<_> = la
+        .endpoints
+        .iter()
+        .flat_map(|l| l.lb_endpoints.iter())
+        .collect();
+    if la.endpoints.len() != 1 || eps.len() != 1 {
+        c.fail("must have exactly one locality with exactly one endpoint");
+        return None;
+    }
+    let sa = match &eps[0].host_identifier {
+        Some(HostIdentifier::Endpoint(e)) => {
+            match e.address.as_ref().and_then(|a| a.address.as_ref()) {
+                Some(address::Address::SocketAddress(sa)) => sa,
+                _ => {
+                    c.fail("endpoint address is not a socket address");
+                    return None;
+                }
+            }
+        }
+        _ => {
+            c.fail("endpoint field not present");
+            return None;
+        }
+    };
+    match sa.port_specifier {
+        Some(PortSpecifier::PortValue(p)) if sa.address.is_empty() => {
+            c.fail_value(p, "has no host name");
+            None
+        }
+        Some(PortSpecifier::PortValue(p)) => Some(Discovery::LogicalDns {
+            target: format!("{}:{p}", sa.address),
+        }),
+        _ => {
+            c.fail("endpoint port_value field not present");
+            None
+        }
+    }
+}
+
+fn ring_sizes(c: &mut Check, min: Option<u64>, max: Option<u64>) -> Option<LbPolicy> {
+    let min_ring_size = min.unwrap_or(1024);
+    let max_ring_size = max.unwrap_or(MAX_RING_SIZE);
+    let mut ok = true;
+    for (field, v) in [
+        ("minimum_ring_size", min_ring_size),
+        ("maximum_ring_size", max_ring_size),
+    ] {
+        if v == 0 || v > MAX_RING_SIZE {
+            c.at(field, |c| {
+                c.fail_value(v, "must be in the range of 1 to 8388608")
+            });
+            ok = false;
+        }
+    }
+    if ok && min_ring_size > max_ring_size {
+        c.at("minimum_ring_size", |c| {
+            c.fail_value(
+                min_ring_size,
+                format!("is above maximum_ring_size {max_ring_size}"),
+            )
+        });
+        ok = false;
+    }
+    ok.then_some(LbPolicy::RingHash {
+        min_ring_size,
+        max_ring_size,
+    })
+}
+
+fn legacy_policy(c: &mut Check, cl: &Cluster) -> Option<LbPolicy> {
+    use cpb::cluster::ring_hash_lb_config::HashFunction;
+    use cpb::cluster::LbConfig;
+    use cpb::cluster::LbPolicy as P;
+    match P::try_from(cl.lb_policy) {
+        Ok(P::RoundRobin) => Some(LbPolicy::RoundRobin),
+        Ok(P::RingHash) => {
+            let cfg = match &cl.lb_config {
+                Some(LbConfig::RingHashLbConfig(r)) => Some(r),
+                _ => None,
+            };
+            c.at("ring_hash_lb_config", |c| {
+                let Some(r) = cfg else {
+                    return ring_sizes(c, None, None);
+                };
+                if r.hash_function != HashFunction::XxHash as i32 {
+                    c.at("hash_function", |c| {
+                        c.fail_value(r.hash_function, "invalid hash function (only XX_HASH)")
+                    });
+                }
+                ring_sizes(
+                    c,
+                    r.minimum_ring_size.as_ref().map(|v| v.value),
+                    r.maximum_ring_size.as_ref().map(|v| v.value),
+                )
+            })
+        }
+        Ok(P::LeastRequest) => {
+            let choice_count = match &cl.lb_config {
+                Some(LbConfig::LeastRequestLbConfig(l)) => {
+                    l.choice_count.as_ref().map_or(2, |v| v.value)
+                }
+                _ => 2,
+            };
+            if choice_count < 2 {
+                c.at("least_request_lb_config.choice_count", |c| {
+                    c.fail_value(choice_count, "must be at least 2")
+                });
+            }
+            Some(LbPolicy::LeastRequest { choice_count })
+        }
+        _ => {
+            c.at("lb_policy", |c| {
+                c.fail_value(cl.lb_policy, "LB policy is not supported")
+            });
+            None
+        }
+    }
+}
+
+/// The first supported policy of a `load_balancing_policy` list.
+fn typed_policy(c: &mut Check, p: &cpb::LoadBalancingPolicy, depth: usize) -> Option<LbPolicy> {
+    if depth > 16 {
+        c.fail("is nested too deeply");
+        return None;
+    }
+    for (i, pol) in p.policies.iter().enumerate() {
+        let Some(any) = pol
+            .typed_extension_config
+            .as_ref()
+            .and_then(|e| e.typed_config.as_ref())
+        else {
+            continue;
+        };
+        let name = type_name(&any.type_url);
+        let found = c.at("policies", |c| {
+            c.index(i, |c| {
+                c.at("typed_extension_config.typed_config", |c| {
+                    if name == lbp::round_robin::v3::RoundRobin::full_name() {
+                        Some(Some(LbPolicy::RoundRobin))
+                    } else if name == lbp::ring_hash::v3::RingHash::full_name() {
+                        let r = c.unpack::<lbp::ring_hash::v3::RingHash>(any)?;
+                        if r.hash_function
+                            != lbp::ring_hash::v3::ring_hash::HashFunction::XxHash as i32
+                            && r.hash_function
+                                != lbp::ring_hash::v3::ring_hash::HashFunction::DefaultHash as i32
+                        {
+                            c.at("hash_function", |c| {
+                                c.fail_value(r.hash_function, "invalid hash function")
+                            });
+                        }
+                        Some(ring_sizes(
+                            c,
+                            r.minimum_ring_size.as_ref().map(|v| v.value),
+                            r.maximum_ring_size.as_ref().map(|v| v.value),
+                        ))
+                    } else if name == lbp::least_request::v3::LeastRequest::full_name() {
+                        let l = c.unpack::<lbp::least_request::v3::LeastRequest>(any)?;
+                        let choice_count = l.choice_count.as_ref().map_or(2, |v| v.value);
+                        if choice_count < 2 {
+                            c.at("choice_count", |c| {
+                                c.fail_value(choice_count, "must be at least 2")
+                            });
+                        }
+                        Some(Some(LbPolicy::LeastRequest { choice_count }))
+                    } else if name == lbp::pick_first::v3::PickFirst::full_name() {
+                        let f = c.unpack::<lbp::pick_first::v3::PickFirst>(any)?;
+                        Some(Some(LbPolicy::PickFirst {
+                            shuffle: f.shuffle_address_list,
+                        }))
+                    } else if name == lbp::wrr_locality::v3::WrrLocality::full_name() {
+                        let w = c.unpack::<lbp::wrr_locality::v3::WrrLocality>(any)?;
+                        let child = c.at("endpoint_picking_policy", |c| {
+                            match &w.endpoint_picking_policy {
+                                Some(p) => typed_policy(c, p, depth + 1),
+                                None => {
+                                    c.fail("field not present");
+                                    None
+                                }
+                            }
+                        });
+                        Some(child.map(|ch| LbPolicy::WrrLocality(Box::new(ch))))
+                    } else {
+                        // Not supported: try the next entry.
+                        None
+                    }
+                })
+            })
+        });
+        if let Some(policy) = found {
+            return policy;
+        }
+    }
+    c.fail("no supported load balancing policy in the list");
+    None
+}

@@ -1,0 +1,230 @@
+//! tether-control against gRPC C-core: a Python `grpcio` client with an
+//! `xds:///` target and a bootstrap pointing at the `tether-control` binary
+//! reaches tonic Echo backends through tether-control's proxyless resources
+//! (ApiListener, routes, clusters, endpoints), and C-core's stateful session
+//! cookie (A55/A60) pins calls to one backend.
+//!
+//! grpcio is installed with pip into a virtual environment under the target
+//! directory the first time (one download), then reused.
+
+mod control_support;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use control_support::{Control, TempDir};
+use tether_proto::demo::v1::echo_server::{Echo, EchoServer};
+use tether_proto::demo::v1::{EchoReply, EchoRequest};
+use tokio::process::Command;
+
+struct Backend {
+    name: String,
+    addr: SocketAddr,
+    served: Arc<AtomicU64>,
+}
+
+#[tonic::async_trait]
+impl Echo for Backend {
+    async fn echo(
+        &self,
+        request: tonic::Request<EchoRequest>,
+    ) -> Result<tonic::Response<EchoReply>, tonic::Status> {
+        let served = self.served.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(tonic::Response::new(EchoReply {
+            message: request.into_inner().message,
+            backend: self.name.clone(),
+            address: self.addr.to_string(),
+            served,
+        }))
+    }
+}
+
+async fn start_backend(name: &str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let svc = EchoServer::new(Backend {
+        name: name.to_owned(),
+        addr,
+        served: Arc::new(AtomicU64::new(0)),
+    });
+    let task = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .serve_with_incoming(
+                svc,
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+            )
+            .await;
+    });
+    (addr, task)
+}
+
+/// A Python with grpcio, in a venv under the target directory.
+async fn python() -> PathBuf {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-grpcio");
+    let py = venv.join("bin").join("python");
+    let has_grpc = |py: PathBuf| async move {
+        Command::new(py)
+            .args(["-c", "import grpc"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await
+            .is_ok_and(|s| s.success())
+    };
+    if has_grpc(py.clone()).await {
+        return py;
+    }
+    let status = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .await
+        .expect("python3 -m venv");
+    assert!(status.success(), "python3 -m venv failed");
+    let out = tokio::time::timeout(
+        Duration::from_secs(300),
+        Command::new(&py)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "grpcio==1.85.1",
+            ])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("pip install within 5 minutes")
+    .expect("run pip");
+    assert!(
+        out.status.success(),
+        "pip install grpcio failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    py
+}
+
+#[derive(Debug)]
+struct Call {
+    backend: String,
+    address: String,
+    set_cookie: Vec<String>,
+}
+
+async fn run_client(
+    py: &Path,
+    bootstrap: &Path,
+    target: &str,
+    calls: usize,
+    cookie: Option<&str>,
+) -> Vec<Call> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/grpc_xds_client.py");
+    let mut cmd = Command::new(py);
+    cmd.arg(script).arg(target).arg(calls.to_string());
+    if let Some(c) = cookie {
+        cmd.arg(c);
+    }
+    cmd.env("GRPC_XDS_BOOTSTRAP", bootstrap)
+        .env_remove("GRPC_XDS_BOOTSTRAP_CONFIG")
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("the grpcio client finished within 2 minutes")
+        .expect("run the grpcio client");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "grpcio client failed: {stderr}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            Call {
+                backend: v["backend"].as_str().unwrap_or_default().to_owned(),
+                address: v["address"].as_str().unwrap_or_default().to_owned(),
+                set_cookie: v["set_cookie"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|s| s.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_client_reaches_backends_through_tether_control() {
+    let (a1, t1) = start_backend("echo-1").await;
+    let (a2, t2) = start_backend("echo-2").await;
+    let yaml = format!(
+        r#"virtualhosts:
+  - name: echo.tether.test
+    routes:
+      - services:
+          - name: echo
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
+            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
+            idleTimeout: 300s
+services:
+  - name: echo
+    protocol: h2c
+    endpoints:
+      - address: {a1}
+      - address: {a2}
+"#
+    );
+    let control = Control::start(&yaml).await;
+    let dir = TempDir::new("grpc-bootstrap");
+    let bootstrap = dir.0.join("bootstrap.json");
+    std::fs::write(&bootstrap, control.bootstrap_json("grpcio-client")).unwrap();
+    let py = python().await;
+    let target = "xds:///echo.tether.test";
+
+    // Without a cookie: round robin over both, each reply brings a cookie.
+    let calls = run_client(&py, &bootstrap, target, 6, None).await;
+    assert_eq!(calls.len(), 6);
+    let backends: HashSet<&str> = calls.iter().map(|c| c.backend.as_str()).collect();
+    assert_eq!(backends, HashSet::from(["echo-1", "echo-2"]), "{calls:?}");
+    let first = &calls[0];
+    assert_eq!(first.set_cookie.len(), 1, "{first:?}");
+    let set = &first.set_cookie[0];
+    assert!(set.starts_with("grpc-session="), "{set}");
+    assert!(set.ends_with("; HttpOnly; Path=/; Max-Age=60"), "{set}");
+    let value = set
+        .split(';')
+        .next()
+        .unwrap()
+        .trim_start_matches("grpc-session=")
+        .to_owned();
+    let decoded = tether_core::cookie::decode(&value, &tether_core::KeyRing::empty())
+        .expect("C-core's cookie decodes");
+    assert_eq!(
+        decoded.cookie.cluster.as_deref(),
+        Some("echo/session"),
+        "A60: the cluster is in the cookie"
+    );
+    assert_eq!(decoded.cookie.addresses.to_string(), first.address);
+    assert!(!control.stderr().contains("NACK"), "{}", control.stderr());
+
+    // With it: every call goes to that backend and no new cookie is set.
+    let cookie = format!("grpc-session={value}");
+    let pinned = run_client(&py, &bootstrap, target, 6, Some(&cookie)).await;
+    for c in &pinned {
+        assert_eq!(c.backend, first.backend, "{pinned:?}");
+        assert!(c.set_cookie.is_empty(), "{c:?}");
+    }
+    t1.abort();
+    t2.abort();
+}

@@ -1,0 +1,98 @@
+"""A gRPC C-core (grpcio) client for an xds:/// target.
+
+Calls tether.demo.v1.Echo/Echo with a generic unary call (raw bytes, so no
+generated stubs are needed) and prints one JSON line per call: the backend
+that answered, its address, and the Set-Cookie of the response's initial
+metadata. The bootstrap comes from GRPC_XDS_BOOTSTRAP.
+
+usage: grpc_xds_client.py TARGET CALLS [COOKIE]
+"""
+
+import json
+import sys
+
+import grpc
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def encode_request(message):
+    data = message.encode()
+    return b"\x0a" + varint(len(data)) + data
+
+
+def decode_reply(data):
+    """Reads the string fields of EchoReply: 1 message, 2 backend, 3 address."""
+    fields = {}
+    i = 0
+    while i < len(data):
+        key = 0
+        shift = 0
+        while True:
+            b = data[i]
+            i += 1
+            key |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        number, wire = key >> 3, key & 7
+        if wire == 2:
+            length = 0
+            shift = 0
+            while True:
+                b = data[i]
+                i += 1
+                length |= (b & 0x7F) << shift
+                shift += 7
+                if not b & 0x80:
+                    break
+            fields[number] = data[i:i + length].decode()
+            i += length
+        elif wire == 0:
+            while data[i] & 0x80:
+                i += 1
+            i += 1
+        else:
+            raise ValueError("unexpected wire type %d" % wire)
+    return fields
+
+
+def main():
+    target, calls = sys.argv[1], int(sys.argv[2])
+    cookie = sys.argv[3] if len(sys.argv) > 3 else None
+    with grpc.insecure_channel(target) as channel:
+        echo = channel.unary_unary(
+            "/tether.demo.v1.Echo/Echo",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
+        for i in range(calls):
+            metadata = [("cookie", cookie)] if cookie else None
+            reply, call = echo.with_call(
+                encode_request("call %d" % i),
+                metadata=metadata,
+                timeout=20,
+                wait_for_ready=True,
+            )
+            set_cookie = [v for k, v in call.initial_metadata() if k == "set-cookie"]
+            fields = decode_reply(reply)
+            print(json.dumps({
+                "call": i,
+                "backend": fields.get(2, ""),
+                "address": fields.get(3, ""),
+                "set_cookie": set_cookie,
+            }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

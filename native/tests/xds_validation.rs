@@ -1,0 +1,883 @@
+//! Resource validation as gRPC does it: every resource kind, with the
+//! field-named errors a NACK carries (INTEROP §2–3).
+
+use std::time::Duration;
+
+use envoy_types::pb::envoy::config::cluster::v3 as cpb;
+use envoy_types::pb::envoy::config::core::v3 as core;
+use envoy_types::pb::envoy::config::endpoint::v3 as epb;
+use envoy_types::pb::envoy::config::listener::v3 as lpb;
+use envoy_types::pb::envoy::config::route::v3 as rpb;
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::http::stateful_session::v3 as sspb;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+use envoy_types::pb::envoy::extensions::http::stateful_session::cookie::v3::CookieBasedSessionState;
+use envoy_types::pb::envoy::extensions::http::stateful_session::header::v3::HeaderBasedSessionState;
+use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+use envoy_types::pb::envoy::r#type::http::v3 as thttp;
+use envoy_types::pb::google::protobuf::{self as pb, Any};
+use tether::xds::resource::cluster::{ClusterResource, Discovery, LbPolicy};
+use tether::xds::resource::endpoint::{EndpointsResource, HealthStatus};
+use tether::xds::resource::listener::{
+    FilterConfig, ListenerResource, RouteSource, SessionOverride,
+};
+use tether::xds::resource::route::{
+    ClusterSpecifier, HashSource, HeaderMatch, PathMatcher, RouteConfigResource,
+};
+use tether::xds::resource::{decode, pack, Resource, ResourceKind};
+
+fn ads() -> core::ConfigSource {
+    core::ConfigSource {
+        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Ads(
+            core::AggregatedConfigSource {},
+        )),
+        ..Default::default()
+    }
+}
+
+fn errors(kind: ResourceKind, any: &Any) -> Vec<String> {
+    match decode(kind, any).result {
+        Ok(r) => panic!("expected a NACK, got {r:?}"),
+        Err(e) => e.errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn ok(kind: ResourceKind, any: &Any) -> Resource {
+    decode(kind, any)
+        .result
+        .unwrap_or_else(|e| panic!("unexpected NACK: {e}"))
+}
+
+// ---------- listeners ----------
+
+fn filter(name: &str, any: Any) -> hcm::HttpFilter {
+    hcm::HttpFilter {
+        name: name.into(),
+        config_type: Some(hcm::http_filter::ConfigType::TypedConfig(any)),
+        ..Default::default()
+    }
+}
+
+fn router() -> hcm::HttpFilter {
+    filter("router", pack(&Router::default()))
+}
+
+fn session(cookie: Option<thttp::Cookie>) -> sspb::StatefulSession {
+    sspb::StatefulSession {
+        session_state: Some(core::TypedExtensionConfig {
+            name: "envoy.http.stateful_session.cookie".into(),
+            typed_config: Some(pack(&CookieBasedSessionState { cookie })),
+        }),
+        ..Default::default()
+    }
+}
+
+fn cookie(name: &str, ttl: Option<pb::Duration>) -> thttp::Cookie {
+    thttp::Cookie {
+        name: name.into(),
+        ttl,
+        path: "/".into(),
+        attributes: vec![],
+    }
+}
+
+fn listener(filters: Vec<hcm::HttpFilter>) -> Any {
+    let m = hcm::HttpConnectionManager {
+        route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(
+            hcm::Rds {
+                config_source: Some(ads()),
+                route_config_name: "routes".into(),
+            },
+        )),
+        http_filters: filters,
+        ..Default::default()
+    };
+    pack(&lpb::Listener {
+        name: "l".into(),
+        api_listener: Some(lpb::ApiListener {
+            api_listener: Some(pack(&m)),
+        }),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn listener_with_stateful_session_cookie() {
+    let l = ok(
+        ResourceKind::Listener,
+        &listener(vec![
+            filter(
+                "ssa",
+                pack(&session(Some(cookie(
+                    "global-session-cookie",
+                    Some(pb::Duration {
+                        seconds: 120,
+                        nanos: 0,
+                    }),
+                )))),
+            ),
+            router(),
+        ]),
+    );
+    let Resource::Listener(l) = l else { panic!() };
+    let l: &ListenerResource = &l;
+    assert_eq!(l.http.routes, RouteSource::Rds("routes".into()));
+    let (name, s) = l.http.stateful_session().unwrap();
+    assert_eq!(name, "ssa");
+    let c = s.cookie.as_ref().unwrap();
+    assert_eq!(
+        (c.name(), c.path(), c.ttl()),
+        ("global-session-cookie", "/", Duration::from_secs(120))
+    );
+    assert_eq!(l.http.http_filters[1].config, FilterConfig::Router);
+}
+
+#[test]
+fn stateful_session_without_session_state_is_a_valid_no_op() {
+    let Resource::Listener(l) = ok(
+        ResourceKind::Listener,
+        &listener(vec![
+            filter("ssa", pack(&sspb::StatefulSession::default())),
+            router(),
+        ]),
+    ) else {
+        panic!()
+    };
+    assert_eq!(l.http.stateful_session().unwrap().1.cookie, None);
+}
+
+#[test]
+fn stateful_session_errors_name_the_field() {
+    let cases: Vec<(sspb::StatefulSession, &str)> = vec![
+        (session(None), "http_filters[0].typed_config.session_state.typed_config.cookie: field not present"),
+        (session(Some(cookie("", None))), "http_filters[0].typed_config.session_state.typed_config.cookie.name: field not present"),
+        (
+            session(Some(cookie("s", Some(pb::Duration { seconds: -1, nanos: 0 })))),
+            "http_filters[0].typed_config.session_state.typed_config.cookie.ttl.seconds: -1 is outside [0, 315576000000]",
+        ),
+        (
+            session(Some(cookie("s", Some(pb::Duration { seconds: 1, nanos: 1_000_000_000 })))),
+            "http_filters[0].typed_config.session_state.typed_config.cookie.ttl.nanos: 1000000000 is outside [0, 999999999]",
+        ),
+        (
+            session(Some(cookie("s", Some(pb::Duration { seconds: 315_576_000_001, nanos: 0 })))),
+            "http_filters[0].typed_config.session_state.typed_config.cookie.ttl.seconds: 315576000001 is outside [0, 315576000000]",
+        ),
+        (
+            sspb::StatefulSession {
+                session_state: Some(core::TypedExtensionConfig {
+                    name: "header".into(),
+                    typed_config: Some(pack(&HeaderBasedSessionState { name: "x-s".into() })),
+                }),
+                ..Default::default()
+            },
+            "http_filters[0].typed_config.session_state.typed_config.type_url: \"type.googleapis.com/envoy.extensions.http.stateful_session.header.v3.HeaderBasedSessionState\" unsupported session state type",
+        ),
+    ];
+    for (s, want) in cases {
+        let e = errors(
+            ResourceKind::Listener,
+            &listener(vec![filter("ssa", pack(&s)), router()]),
+        );
+        assert_eq!(e, vec![format!("api_listener.api_listener.{want}")]);
+    }
+    // tether-core's cookie rules apply to the name.
+    let e = errors(
+        ResourceKind::Listener,
+        &listener(vec![
+            filter("ssa", pack(&session(Some(cookie("a;b", None))))),
+            router(),
+        ]),
+    );
+    assert!(
+        e[0].starts_with("api_listener.api_listener.http_filters[0].typed_config.session_state.typed_config.cookie.name: \"a;b\""),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn http_filter_chain_rules() {
+    let e = errors(ResourceKind::Listener, &listener(vec![]));
+    assert_eq!(
+        e,
+        ["api_listener.api_listener.http_filters: expected at least one HTTP filter"]
+    );
+    let e = errors(
+        ResourceKind::Listener,
+        &listener(vec![filter("ssa", pack(&sspb::StatefulSession::default()))]),
+    );
+    assert_eq!(
+        e,
+        ["api_listener.api_listener.http_filters[0]: the last HTTP filter must be the router"]
+    );
+    let e = errors(ResourceKind::Listener, &listener(vec![router(), router()]));
+    assert!(e.contains(&"api_listener.api_listener.http_filters[1].name: \"router\" is a duplicate filter name".to_owned()), "{e:?}");
+    let unknown = filter("x", pack(&HttpProtocolOptions::default()));
+    let e = errors(
+        ResourceKind::Listener,
+        &listener(vec![unknown.clone(), router()]),
+    );
+    assert!(e[0].ends_with("is an unsupported filter type"), "{e:?}");
+    // The same filter marked optional is skipped.
+    let mut optional = unknown;
+    optional.is_optional = true;
+    let Resource::Listener(l) = ok(ResourceKind::Listener, &listener(vec![optional, router()]))
+    else {
+        panic!()
+    };
+    assert_eq!(l.http.http_filters.len(), 1);
+    // Not an API listener.
+    let e = errors(
+        ResourceKind::Listener,
+        &pack(&lpb::Listener {
+            name: "tcp".into(),
+            ..Default::default()
+        }),
+    );
+    assert_eq!(
+        e,
+        ["api_listener: field not present (tether's client takes API listeners only)"]
+    );
+}
+
+#[test]
+fn rds_must_come_from_ads() {
+    let m = hcm::HttpConnectionManager {
+        route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(
+            hcm::Rds {
+                config_source: Some(core::ConfigSource {
+                    config_source_specifier: Some(
+                        core::config_source::ConfigSourceSpecifier::ApiConfigSource(
+                            Default::default(),
+                        ),
+                    ),
+                    ..Default::default()
+                }),
+                route_config_name: "r".into(),
+            },
+        )),
+        http_filters: vec![router()],
+        ..Default::default()
+    };
+    let any = pack(&lpb::Listener {
+        name: "l".into(),
+        api_listener: Some(lpb::ApiListener {
+            api_listener: Some(pack(&m)),
+        }),
+        ..Default::default()
+    });
+    assert_eq!(
+        errors(ResourceKind::Listener, &any),
+        ["api_listener.api_listener.rds.config_source: ConfigSource is not ADS or SELF"]
+    );
+}
+
+// ---------- routes ----------
+
+fn per_route(
+    o: sspb::stateful_session_per_route::Override,
+) -> std::collections::HashMap<String, Any> {
+    [(
+        "ssa".to_owned(),
+        pack(&sspb::StatefulSessionPerRoute {
+            r#override: Some(o),
+        }),
+    )]
+    .into()
+}
+
+fn route_config(routes: Vec<rpb::Route>) -> Any {
+    pack(&rpb::RouteConfiguration {
+        name: "routes".into(),
+        virtual_hosts: vec![rpb::VirtualHost {
+            name: "vh".into(),
+            domains: vec!["*".into()],
+            routes,
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+fn weighted(entries: &[(&str, Option<u32>)]) -> rpb::route::Action {
+    rpb::route::Action::Route(rpb::RouteAction {
+        cluster_specifier: Some(rpb::route_action::ClusterSpecifier::WeightedClusters(
+            rpb::WeightedCluster {
+                clusters: entries
+                    .iter()
+                    .map(|(n, w)| rpb::weighted_cluster::ClusterWeight {
+                        name: (*n).into(),
+                        weight: w.map(|value| pb::UInt32Value { value }),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    })
+}
+
+fn prefix(p: &str) -> Option<rpb::RouteMatch> {
+    Some(rpb::RouteMatch {
+        path_specifier: Some(rpb::route_match::PathSpecifier::Prefix(p.into())),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn routes_with_matchers_weighted_clusters_hash_policies_and_session_overrides() {
+    use rpb::route_action::hash_policy as hp;
+    let header_route = rpb::Route {
+        r#match: Some(rpb::RouteMatch {
+            path_specifier: Some(rpb::route_match::PathSpecifier::SafeRegex(
+                envoy_types::pb::envoy::r#type::matcher::v3::RegexMatcher {
+                    regex: "/svc/[a-z]+".into(),
+                    ..Default::default()
+                },
+            )),
+            headers: vec![rpb::HeaderMatcher {
+                name: "X-Canary".into(),
+                header_match_specifier: Some(
+                    rpb::header_matcher::HeaderMatchSpecifier::PresentMatch(true),
+                ),
+                invert_match: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        action: Some(rpb::route::Action::Route(rpb::RouteAction {
+            cluster_specifier: Some(rpb::route_action::ClusterSpecifier::Cluster("c1".into())),
+            hash_policy: vec![
+                rpb::route_action::HashPolicy {
+                    policy_specifier: Some(hp::PolicySpecifier::Header(hp::Header {
+                        header_name: "X-User".into(),
+                        regex_rewrite: None,
+                    })),
+                    terminal: true,
+                },
+                rpb::route_action::HashPolicy {
+                    policy_specifier: Some(hp::PolicySpecifier::FilterState(hp::FilterState {
+                        key: "io.grpc.channel_id".into(),
+                    })),
+                    terminal: false,
+                },
+            ],
+            ..Default::default()
+        })),
+        typed_per_filter_config: per_route(sspb::stateful_session_per_route::Override::Disabled(
+            true,
+        )),
+        ..Default::default()
+    };
+    let weighted_route = rpb::Route {
+        r#match: prefix("/"),
+        action: Some(weighted(&[("a", Some(1)), ("b", Some(3))])),
+        typed_per_filter_config: per_route(
+            sspb::stateful_session_per_route::Override::StatefulSession(session(Some(cookie(
+                "s", None,
+            )))),
+        ),
+        ..Default::default()
+    };
+    let Resource::RouteConfiguration(rc) = ok(
+        ResourceKind::RouteConfiguration,
+        &route_config(vec![header_route, weighted_route]),
+    ) else {
+        panic!()
+    };
+    let rc: &RouteConfigResource = &rc;
+    let vh = rc.virtual_host_for("anything.example").unwrap();
+    let r0 = &vh.routes[0];
+    assert!(
+        matches!(&r0.matcher.path, PathMatcher::Regex(p) if p.regex.is_match("/svc/abc") && !p.regex.is_match("/svc/abc/x"))
+    );
+    assert_eq!(r0.matcher.headers[0].name, "x-canary");
+    assert_eq!(r0.matcher.headers[0].kind, HeaderMatch::Present(true));
+    assert!(r0.matcher.headers[0].invert);
+    let tether::xds::resource::route::Action::Route(a0) = &r0.action else {
+        panic!()
+    };
+    assert_eq!(
+        a0.hash_policies[0].source,
+        HashSource::Header {
+            name: "x-user".into(),
+            rewrite: None
+        }
+    );
+    assert!(a0.hash_policies[0].terminal);
+    assert_eq!(
+        a0.hash_policies[1].source,
+        HashSource::FilterState("io.grpc.channel_id".into())
+    );
+    assert_eq!(r0.filter_overrides["ssa"], SessionOverride::Disabled);
+    let r1 = &vh.routes[1];
+    let tether::xds::resource::route::Action::Route(a1) = &r1.action else {
+        panic!()
+    };
+    let ClusterSpecifier::Weighted(w) = &a1.clusters else {
+        panic!()
+    };
+    assert_eq!(
+        w.iter()
+            .map(|c| (c.name.as_str(), c.weight))
+            .collect::<Vec<_>>(),
+        [("a", 1), ("b", 3)]
+    );
+    let SessionOverride::Enabled(s) = &r1.filter_overrides["ssa"] else {
+        panic!()
+    };
+    assert_eq!(s.cookie.as_ref().unwrap().name(), "s");
+}
+
+#[test]
+fn route_errors_name_the_field() {
+    let zero = rpb::Route {
+        r#match: prefix("/"),
+        action: Some(weighted(&[("a", Some(0)), ("b", Some(0))])),
+        ..Default::default()
+    };
+    assert_eq!(
+        errors(ResourceKind::RouteConfiguration, &route_config(vec![zero])),
+        ["virtual_hosts[0].routes[0].route.weighted_clusters: sum of cluster weights is zero"]
+    );
+    let missing = rpb::Route {
+        r#match: prefix("/"),
+        action: Some(weighted(&[("a", None)])),
+        ..Default::default()
+    };
+    assert_eq!(
+        errors(ResourceKind::RouteConfiguration, &route_config(vec![missing])),
+        ["virtual_hosts[0].routes[0].route.weighted_clusters.clusters[0].weight: field not present", "virtual_hosts[0].routes[0].route.weighted_clusters: sum of cluster weights is zero"]
+    );
+    let bad_regex = rpb::Route {
+        r#match: Some(rpb::RouteMatch {
+            path_specifier: Some(rpb::route_match::PathSpecifier::SafeRegex(
+                envoy_types::pb::envoy::r#type::matcher::v3::RegexMatcher {
+                    regex: "(".into(),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        }),
+        action: Some(weighted(&[("a", Some(1))])),
+        ..Default::default()
+    };
+    let e = errors(
+        ResourceKind::RouteConfiguration,
+        &route_config(vec![bad_regex]),
+    );
+    assert!(
+        e[0].starts_with(
+            "virtual_hosts[0].routes[0].match.safe_regex.regex: \"(\" is not a valid regex"
+        ),
+        "{e:?}"
+    );
+    let bad_override = rpb::Route {
+        r#match: prefix("/"),
+        action: Some(weighted(&[("a", Some(1))])),
+        typed_per_filter_config: [("ssa".to_owned(), pack(&Router::default()))].into(),
+        ..Default::default()
+    };
+    let e = errors(
+        ResourceKind::RouteConfiguration,
+        &route_config(vec![bad_override]),
+    );
+    assert_eq!(e, ["virtual_hosts[0].routes[0].typed_per_filter_config[\"ssa\"].type_url: \"type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\" is an unsupported filter override type"]);
+}
+
+// ---------- clusters ----------
+
+fn eds_cluster() -> cpb::Cluster {
+    cpb::Cluster {
+        name: "c".into(),
+        cluster_discovery_type: Some(cpb::cluster::ClusterDiscoveryType::Type(
+            cpb::cluster::DiscoveryType::Eds as i32,
+        )),
+        eds_cluster_config: Some(cpb::cluster::EdsClusterConfig {
+            eds_config: Some(ads()),
+            service_name: "svc".into(),
+        }),
+        ..Default::default()
+    }
+}
+
+fn cluster_ok(c: &cpb::Cluster) -> ClusterResource {
+    let Resource::Cluster(c) = ok(ResourceKind::Cluster, &pack(c)) else {
+        panic!()
+    };
+    (*c).clone()
+}
+
+#[test]
+fn eds_cluster_defaults() {
+    let c = cluster_ok(&eds_cluster());
+    assert_eq!(
+        c.discovery,
+        Discovery::Eds {
+            service_name: Some("svc".into())
+        }
+    );
+    assert_eq!(c.eds_name(), Some("svc"));
+    assert_eq!(c.lb_policy, LbPolicy::RoundRobin);
+    assert_eq!(
+        c.override_host_status.iter().collect::<Vec<_>>(),
+        [HealthStatus::Unknown, HealthStatus::Healthy]
+    );
+    assert_eq!(c.idle_timeout, Duration::from_secs(3600));
+}
+
+#[test]
+fn override_host_status_keeps_unknown_healthy_draining() {
+    let mut c = eds_cluster();
+    c.common_lb_config = Some(cpb::cluster::CommonLbConfig {
+        override_host_status: Some(core::HealthStatusSet {
+            statuses: vec![3, 5, 2, 1],
+        }),
+        ..Default::default()
+    });
+    let v = cluster_ok(&c);
+    assert_eq!(
+        v.override_host_status.iter().collect::<Vec<_>>(),
+        [HealthStatus::Healthy, HealthStatus::Draining]
+    );
+    // Explicitly empty: no override is ever honoured.
+    c.common_lb_config = Some(cpb::cluster::CommonLbConfig {
+        override_host_status: Some(core::HealthStatusSet { statuses: vec![] }),
+        ..Default::default()
+    });
+    assert_eq!(cluster_ok(&c).override_host_status.iter().count(), 0);
+}
+
+#[test]
+fn idle_timeout_comes_from_upstream_config() {
+    let mut c = eds_cluster();
+    let opts = |d: pb::Duration| HttpProtocolOptions {
+        common_http_protocol_options: Some(core::HttpProtocolOptions {
+            idle_timeout: Some(d),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    c.upstream_config = Some(core::TypedExtensionConfig {
+        name: "u".into(),
+        typed_config: Some(pack(&opts(pb::Duration {
+            seconds: 90,
+            nanos: 0,
+        }))),
+    });
+    assert_eq!(cluster_ok(&c).idle_timeout, Duration::from_secs(90));
+    c.upstream_config = Some(core::TypedExtensionConfig {
+        name: "u".into(),
+        typed_config: Some(pack(&opts(pb::Duration {
+            seconds: -3,
+            nanos: 0,
+        }))),
+    });
+    assert_eq!(
+        errors(ResourceKind::Cluster, &pack(&c)),
+        ["upstream_config.typed_config.common_http_protocol_options.idle_timeout.seconds: -3 is outside [0, 315576000000]"]
+    );
+    c.upstream_config = Some(core::TypedExtensionConfig {
+        name: "u".into(),
+        typed_config: Some(pack(&Router::default())),
+    });
+    assert_eq!(
+        errors(ResourceKind::Cluster, &pack(&c)),
+        ["upstream_config.typed_config.type_url: \"type.googleapis.com/envoy.extensions.filters.http.router.v3.Router\" unsupported upstream config type"]
+    );
+}
+
+#[test]
+fn ring_hash_sizes_and_other_cluster_errors() {
+    let mut c = eds_cluster();
+    c.lb_policy = cpb::cluster::LbPolicy::RingHash as i32;
+    c.lb_config = Some(cpb::cluster::LbConfig::RingHashLbConfig(
+        cpb::cluster::RingHashLbConfig {
+            minimum_ring_size: Some(pb::UInt64Value { value: 2048 }),
+            maximum_ring_size: Some(pb::UInt64Value { value: 4096 }),
+            ..Default::default()
+        },
+    ));
+    assert_eq!(
+        cluster_ok(&c).lb_policy,
+        LbPolicy::RingHash {
+            min_ring_size: 2048,
+            max_ring_size: 4096
+        }
+    );
+    c.lb_config = Some(cpb::cluster::LbConfig::RingHashLbConfig(
+        cpb::cluster::RingHashLbConfig {
+            minimum_ring_size: Some(pb::UInt64Value { value: 9_000_000 }),
+            ..Default::default()
+        },
+    ));
+    assert_eq!(
+        errors(ResourceKind::Cluster, &pack(&c)),
+        ["ring_hash_lb_config.minimum_ring_size: 9000000 must be in the range of 1 to 8388608"]
+    );
+    c.lb_config = Some(cpb::cluster::LbConfig::RingHashLbConfig(
+        cpb::cluster::RingHashLbConfig {
+            minimum_ring_size: Some(pb::UInt64Value { value: 100 }),
+            maximum_ring_size: Some(pb::UInt64Value { value: 10 }),
+            ..Default::default()
+        },
+    ));
+    assert_eq!(
+        errors(ResourceKind::Cluster, &pack(&c)),
+        ["ring_hash_lb_config.minimum_ring_size: 100 is above maximum_ring_size 10"]
+    );
+    let mut m = eds_cluster();
+    m.lb_policy = cpb::cluster::LbPolicy::Maglev as i32;
+    assert_eq!(
+        errors(ResourceKind::Cluster, &pack(&m)),
+        ["lb_policy: 5 LB policy is not supported"]
+    );
+    let mut s = eds_cluster();
+    s.cluster_discovery_type = Some(cpb::cluster::ClusterDiscoveryType::Type(
+        cpb::cluster::DiscoveryType::Static as i32,
+    ));
+    assert_eq!(
+        errors(ResourceKind::Cluster, &pack(&s)),
+        ["type: 0 DiscoveryType is not valid"]
+    );
+    let mut e = eds_cluster();
+    e.eds_cluster_config = Some(cpb::cluster::EdsClusterConfig {
+        eds_config: None,
+        service_name: String::new(),
+    });
+    assert_eq!(
+        errors(ResourceKind::Cluster, &pack(&e)),
+        ["eds_cluster_config.eds_config: field not present"]
+    );
+}
+
+#[test]
+fn aggregate_clusters() {
+    use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig;
+    let agg = |clusters: Vec<String>| cpb::Cluster {
+        name: "agg".into(),
+        cluster_discovery_type: Some(cpb::cluster::ClusterDiscoveryType::ClusterType(
+            cpb::cluster::CustomClusterType {
+                name: "envoy.clusters.aggregate".into(),
+                typed_config: Some(pack(&ClusterConfig { clusters })),
+            },
+        )),
+        ..Default::default()
+    };
+    assert_eq!(
+        cluster_ok(&agg(vec!["a".into(), "b".into()])).discovery,
+        Discovery::Aggregate {
+            clusters: vec!["a".into(), "b".into()]
+        }
+    );
+    assert_eq!(
+        errors(ResourceKind::Cluster, &pack(&agg(vec![]))),
+        ["cluster_type.typed_config.clusters: must be non-empty"]
+    );
+}
+
+// ---------- endpoints ----------
+
+fn lb_endpoint(
+    addr: &str,
+    port: u32,
+    health: i32,
+    weight: Option<u32>,
+    extra: &[(&str, u32)],
+) -> epb::LbEndpoint {
+    let sa = |a: &str, p: u32| core::Address {
+        address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+            address: a.into(),
+            port_specifier: Some(core::socket_address::PortSpecifier::PortValue(p)),
+            ..Default::default()
+        })),
+    };
+    epb::LbEndpoint {
+        health_status: health,
+        load_balancing_weight: weight.map(|value| pb::UInt32Value { value }),
+        host_identifier: Some(epb::lb_endpoint::HostIdentifier::Endpoint(epb::Endpoint {
+            address: Some(sa(addr, port)),
+            additional_addresses: extra
+                .iter()
+                .map(|(a, p)| epb::endpoint::AdditionalAddress {
+                    address: Some(sa(a, *p)),
+                })
+                .collect(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+fn locality(
+    zone: &str,
+    priority: u32,
+    weight: Option<u32>,
+    eps: Vec<epb::LbEndpoint>,
+) -> epb::LocalityLbEndpoints {
+    epb::LocalityLbEndpoints {
+        locality: Some(core::Locality {
+            region: "r".into(),
+            zone: zone.into(),
+            sub_zone: String::new(),
+        }),
+        lb_endpoints: eps,
+        load_balancing_weight: weight.map(|value| pb::UInt32Value { value }),
+        priority,
+        ..Default::default()
+    }
+}
+
+fn cla(localities: Vec<epb::LocalityLbEndpoints>) -> Any {
+    pack(&epb::ClusterLoadAssignment {
+        cluster_name: "svc".into(),
+        endpoints: localities,
+        ..Default::default()
+    })
+}
+
+#[test]
+fn endpoints_priorities_localities_health_and_addresses() {
+    let any = cla(vec![
+        locality(
+            "a",
+            0,
+            Some(2),
+            vec![
+                lb_endpoint("10.0.0.1", 80, 1, Some(3), &[("::1", 80)]),
+                lb_endpoint("10.0.0.2", 80, 3, None, &[]), // DRAINING: kept
+                lb_endpoint("10.0.0.3", 80, 2, None, &[]), // UNHEALTHY: dropped
+                lb_endpoint("10.0.0.4", 80, 5, None, &[]), // DEGRADED: dropped
+            ],
+        ),
+        locality(
+            "b",
+            1,
+            Some(1),
+            vec![lb_endpoint("10.0.1.1", 80, 0, None, &[])],
+        ),
+        locality(
+            "no-weight",
+            0,
+            None,
+            vec![lb_endpoint("10.0.9.9", 80, 1, None, &[])],
+        ),
+    ]);
+    let Resource::Endpoints(e) = ok(ResourceKind::Endpoints, &any) else {
+        panic!()
+    };
+    let e: &EndpointsResource = &e;
+    assert_eq!(e.priorities.len(), 2);
+    assert_eq!(
+        e.priorities[0].localities.len(),
+        1,
+        "a locality without weight is ignored"
+    );
+    let l = &e.priorities[0].localities[0];
+    assert_eq!((l.locality.zone.as_str(), l.weight), ("a", 2));
+    let eps: Vec<_> = l
+        .endpoints
+        .iter()
+        .map(|e| {
+            (
+                e.addresses
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>(),
+                e.health,
+                e.weight,
+            )
+        })
+        .collect();
+    assert_eq!(
+        eps,
+        [
+            (
+                vec!["10.0.0.1:80".to_owned(), "[::1]:80".to_owned()],
+                HealthStatus::Healthy,
+                3
+            ),
+            (vec!["10.0.0.2:80".to_owned()], HealthStatus::Draining, 1),
+        ]
+    );
+    assert_eq!(
+        e.priorities[1].localities[0].endpoints[0].health,
+        HealthStatus::Unknown
+    );
+}
+
+#[test]
+fn endpoint_errors_name_the_field() {
+    assert_eq!(
+        errors(
+            ResourceKind::Endpoints,
+            &cla(vec![locality(
+                "a",
+                1,
+                Some(1),
+                vec![lb_endpoint("10.0.0.1", 80, 1, None, &[])]
+            )])
+        ),
+        ["endpoints: [1] sparse priority list"]
+    );
+    assert_eq!(
+        errors(
+            ResourceKind::Endpoints,
+            &cla(vec![locality(
+                "a",
+                0,
+                Some(1),
+                vec![lb_endpoint("10.0.0.1", 80, 1, Some(0), &[])]
+            )])
+        ),
+        ["endpoints[0].lb_endpoints[0].load_balancing_weight: 0 must be greater than 0"]
+    );
+    assert_eq!(
+        errors(ResourceKind::Endpoints, &cla(vec![locality("a", 0, Some(1), vec![lb_endpoint("host.example", 80, 1, None, &[])])])),
+        ["endpoints[0].lb_endpoints[0].endpoint.address.socket_address.address: \"host.example\" is not an IP address"]
+    );
+    assert_eq!(
+        errors(
+            ResourceKind::Endpoints,
+            &cla(vec![locality("a", 0, Some(1), vec![lb_endpoint("10.0.0.1", 80, 1, None, &[]), lb_endpoint("10.0.0.1", 80, 1, None, &[])])])
+        ),
+        ["endpoints[0].lb_endpoints[1].endpoint: \"10.0.0.1:80\" is a duplicate endpoint address"]
+    );
+    assert_eq!(
+        errors(
+            ResourceKind::Endpoints,
+            &cla(vec![locality("a", 0, Some(1), vec![]), locality("a", 0, Some(2), vec![])])
+        ),
+        ["endpoints[1].locality: duplicate locality {region=\"r\", zone=\"a\", sub_zone=\"\"} in priority 0"]
+    );
+}
+
+#[test]
+fn wrong_type_and_undecodable_resources_are_errors() {
+    let e = errors(
+        ResourceKind::Cluster,
+        &pack(&eds_cluster())
+            .clone_with_type("type.googleapis.com/envoy.config.listener.v3.Listener"),
+    );
+    assert!(e[0].starts_with("type_url: "), "{e:?}");
+    let garbage = Any {
+        type_url: ResourceKind::Cluster.type_url().into(),
+        value: vec![0xff, 0xff, 0xff],
+    };
+    let e = errors(ResourceKind::Cluster, &garbage);
+    assert!(e[0].starts_with("(resource): cannot be decoded"), "{e:?}");
+}
+
+trait WithType {
+    fn clone_with_type(&self, t: &str) -> Any;
+}
+
+impl WithType for Any {
+    fn clone_with_type(&self, t: &str) -> Any {
+        Any {
+            type_url: t.into(),
+            value: self.value.clone(),
+        }
+    }
+}
