@@ -80,9 +80,9 @@ pub fn display(d: Duration) -> impl fmt::Display {
             let nanos = self.0.subsec_nanos();
             if nanos == 0 {
                 write!(f, "{}s", self.0.as_secs())
-            } else if nanos % 1_000_000 == 0 {
+            } else if nanos.is_multiple_of(1_000_000) {
                 write!(f, "{}.{:03}s", self.0.as_secs(), nanos / 1_000_000)
-            } else if nanos % 1_000 == 0 {
+            } else if nanos.is_multiple_of(1_000) {
                 write!(f, "{}.{:06}s", self.0.as_secs(), nanos / 1_000)
             } else {
                 write!(f, "{}.{:09}s", self.0.as_secs(), nanos)

@@ -15,6 +15,8 @@
 //!   with validation errors that name the field and the value.
 //! - [`session`]: the two decisions every adapter makes: which hosts a request
 //!   is pinned to, and what (if anything) to send back after it was served.
+//! - [`hash`]: hash-based affinity as Envoy computes it: route hash policies,
+//!   the ring hash ring and the Maglev table.
 //!
 //! The crate is `no_std` + `alloc`.
 #![no_std]
@@ -29,6 +31,7 @@ pub mod address;
 pub mod config;
 pub mod cookie;
 pub mod duration;
+pub mod hash;
 pub mod http;
 pub mod session;
 

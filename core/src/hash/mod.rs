@@ -1,0 +1,354 @@
+//! Hash-based affinity, computed exactly as Envoy 1.40 computes it, so a key
+//! lands on the same host whether Envoy or tether does the picking.
+//!
+//! - [`policy`]: Envoy's route `hash_policy` list (header, cookie, source IP,
+//!   query parameter, filter state; `terminal`), evaluated against a plain
+//!   view of the request. The result is explicit: [`RequestHash::Hash`] or
+//!   [`RequestHash::NoHash`] ("the caller picks at random"), never a silent 0.
+//!   A cookie policy with a `ttl` also yields the `Set-Cookie` Envoy would send.
+//! - [`ring`]: the `RING_HASH` ring (gRFC A42 and Envoy build the same one).
+//! - [`maglev`]: the `MAGLEV` lookup table.
+//! - `rewrite` (feature `regex`): the header policy's `regex_rewrite`.
+//!
+//! Both tables are built once from `(host, weight)` pairs into an immutable
+//! value; `pick(hash)` returns the index of the chosen host in the input. The
+//! string a host is hashed by is its `ip:port` (IPv6 in brackets), or the
+//! endpoint's `hash_key` metadata when the caller passes that instead.
+//!
+//! Every hash here is XXH64 with seed 0 of the bytes, as Envoy's `HashUtil`.
+
+pub mod maglev;
+pub mod policy;
+#[cfg(feature = "regex")]
+pub mod rewrite;
+pub mod ring;
+
+#[cfg(test)]
+mod vectors;
+
+use alloc::collections::BTreeSet;
+use alloc::string::{String, ToString};
+use alloc::vec::Vec;
+use core::fmt;
+use core::net::SocketAddr;
+
+pub use maglev::{Maglev, MaglevConfig};
+pub use policy::{Evaluation, HashPolicies, HashPolicy, HashRequest, Headers, Peer, Source};
+pub use ring::{Ring, RingConfig};
+
+/// XXH64 of `bytes` with `seed`.
+pub fn xxh64(bytes: &[u8], seed: u64) -> u64 {
+    xxhash_rust::xxh64::xxh64(bytes, seed)
+}
+
+/// The hash of a key as Envoy's header hash policy computes it for a single
+/// header value: XXH64 of its bytes, seed 0.
+pub fn key_hash(key: &str) -> u64 {
+    xxh64(key.as_bytes(), 0)
+}
+
+/// Folds `next` into an accumulated policy hash the way Envoy does:
+/// `rotl64(hash, 1) ^ next`, where the first hash is taken as is. Rotating
+/// keeps two identical policies from cancelling each other out.
+pub fn combine(acc: Option<u64>, next: u64) -> u64 {
+    match acc {
+        Some(h) => h.rotate_left(1) ^ next,
+        None => next,
+    }
+}
+
+/// The outcome of evaluating hash policies for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestHash {
+    /// The request hashes to this value: pick with it.
+    Hash(u64),
+    /// No policy produced a hash: the caller picks a host at random (what
+    /// Envoy's ring hash and Maglev balancers do).
+    NoHash,
+}
+
+impl RequestHash {
+    /// The hash, if there is one.
+    pub fn value(self) -> Option<u64> {
+        match self {
+            RequestHash::Hash(h) => Some(h),
+            RequestHash::NoHash => None,
+        }
+    }
+}
+
+/// One upstream host as the hashing tables see it: the string it is hashed by
+/// and its weight.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Host {
+    key: String,
+    weight: u32,
+}
+
+impl Host {
+    /// A host hashed by `key`: its `ip:port` as Envoy prints it
+    /// (`127.0.0.1:80`, `[::1]:80`) or its `hash_key` metadata.
+    pub fn new(key: impl Into<String>, weight: u32) -> Self {
+        Host {
+            key: key.into(),
+            weight,
+        }
+    }
+
+    /// A host hashed by its socket address.
+    pub fn from_addr(addr: SocketAddr, weight: u32) -> Self {
+        Host::new(addr.to_string(), weight)
+    }
+
+    /// The string the host is hashed by.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The host's weight (at least 1 once a table accepted it).
+    pub fn weight(&self) -> u32 {
+        self.weight
+    }
+}
+
+impl From<(SocketAddr, u32)> for Host {
+    fn from((addr, weight): (SocketAddr, u32)) -> Self {
+        Host::from_addr(addr, weight)
+    }
+}
+
+impl From<(&str, u32)> for Host {
+    fn from((key, weight): (&str, u32)) -> Self {
+        Host::new(key, weight)
+    }
+}
+
+impl From<(String, u32)> for Host {
+    fn from((key, weight): (String, u32)) -> Self {
+        Host::new(key, weight)
+    }
+}
+
+/// Why a ring or a Maglev table could not be built. Each message names the
+/// field and the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BuildError {
+    /// No hosts were given.
+    EmptyHostSet,
+    /// A host has weight 0 (Envoy requires `load_balancing_weight` ≥ 1).
+    ZeroWeight {
+        /// The host's key.
+        host: String,
+    },
+    /// A host's key is empty.
+    EmptyKey {
+        /// Its position in the input.
+        index: usize,
+    },
+    /// Two hosts hash by the same key, so their entries would collide.
+    DuplicateHost {
+        /// The repeated key.
+        host: String,
+    },
+    /// The weights add up to more than `u32::MAX` (Envoy's limit).
+    WeightSum {
+        /// The sum.
+        sum: u64,
+    },
+    /// A ring size bound is out of range.
+    RingSize {
+        /// `minimum_ring_size`, `maximum_ring_size` or `ring_size_cap`.
+        field: &'static str,
+        /// The rejected value.
+        value: u64,
+    },
+    /// `minimum_ring_size` is above `maximum_ring_size`.
+    RingSizeOrder {
+        /// `minimum_ring_size`.
+        min: u64,
+        /// `maximum_ring_size`.
+        max: u64,
+    },
+    /// The Maglev `table_size` is not a prime in range.
+    TableSize {
+        /// The rejected value.
+        value: u64,
+    },
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::EmptyHostSet => f.write_str("hosts: the host set is empty"),
+            BuildError::ZeroWeight { host } => {
+                write!(f, "hosts: {host:?} has weight 0 (weights start at 1)")
+            }
+            BuildError::EmptyKey { index } => write!(f, "hosts[{index}]: \"\" is an empty key"),
+            BuildError::DuplicateHost { host } => {
+                write!(f, "hosts: {host:?} appears more than once")
+            }
+            BuildError::WeightSum { sum } => {
+                write!(f, "hosts: weights add up to {sum}, above {}", u32::MAX)
+            }
+            BuildError::RingSize { field, value } => {
+                write!(f, "{field}: {value} is outside 1..={}", ring::MAX_RING_SIZE)
+            }
+            BuildError::RingSizeOrder { min, max } => write!(
+                f,
+                "minimum_ring_size: {min} is above maximum_ring_size {max}"
+            ),
+            BuildError::TableSize { value } => write!(
+                f,
+                "table_size: {value} is not a prime number in 2..={}",
+                maglev::MAX_TABLE_SIZE
+            ),
+        }
+    }
+}
+
+/// Hosts with their normalised weights (`w / Σw`), as Envoy computes them,
+/// and the smallest and largest of those.
+pub(crate) struct Normalized {
+    pub(crate) hosts: Vec<Host>,
+    pub(crate) weights: Vec<f64>,
+    pub(crate) min: f64,
+    pub(crate) max: f64,
+}
+
+/// Checks a host set and normalises its weights.
+pub(crate) fn normalize<I, H>(hosts: I) -> Result<Normalized, BuildError>
+where
+    I: IntoIterator<Item = H>,
+    H: Into<Host>,
+{
+    let hosts: Vec<Host> = hosts.into_iter().map(Into::into).collect();
+    if hosts.is_empty() {
+        return Err(BuildError::EmptyHostSet);
+    }
+    let mut seen = BTreeSet::new();
+    let mut sum = 0u64;
+    for (index, h) in hosts.iter().enumerate() {
+        if h.key.is_empty() {
+            return Err(BuildError::EmptyKey { index });
+        }
+        if h.weight == 0 {
+            return Err(BuildError::ZeroWeight {
+                host: h.key.clone(),
+            });
+        }
+        if !seen.insert(h.key.as_str()) {
+            return Err(BuildError::DuplicateHost {
+                host: h.key.clone(),
+            });
+        }
+        sum += u64::from(h.weight);
+    }
+    if sum > u64::from(u32::MAX) {
+        return Err(BuildError::WeightSum { sum });
+    }
+    drop(seen);
+    // Same operations, in the same order, as Envoy's normalizeHostWeights, so
+    // the doubles (and so the ring) come out bit for bit identical.
+    let total = sum as f64;
+    let mut min = 1.0f64;
+    let mut max = 0.0f64;
+    let weights: Vec<f64> = hosts
+        .iter()
+        .map(|h| {
+            let w = f64::from(h.weight) * 1.0 / total;
+            min = min.min(w);
+            max = max.max(w);
+            w
+        })
+        .collect();
+    Ok(Normalized {
+        hosts,
+        weights,
+        min,
+        max,
+    })
+}
+
+/// `ceil` for finite non-negative doubles (`f64::ceil` needs std).
+pub(crate) fn ceil(x: f64) -> f64 {
+    // From 2^52 on every double is an integer.
+    if x >= 4_503_599_627_370_496.0 {
+        return x;
+    }
+    let t = x as u64 as f64;
+    if t < x {
+        t + 1.0
+    } else {
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    #[test]
+    fn xxh64_vectors_from_envoy() {
+        assert_eq!(key_hash("foo"), 0x33bf00a859c4ba3f);
+        assert_eq!(key_hash("bar"), 0x48a37c90ad27a659);
+        assert_eq!(key_hash(""), 0xef46db3751d8e999);
+        assert_eq!(key_hash("user-42"), 0x397e9d3a76af7c81);
+        assert_eq!(key_hash("127.0.0.1:441_0"), 0xe381ee9ca3e023a5);
+    }
+
+    #[test]
+    fn combine_rotates_then_xors() {
+        let foo = key_hash("foo");
+        let bar = key_hash("bar");
+        assert_eq!(combine(None, foo), foo);
+        assert_eq!(combine(Some(foo), bar), 0x2fdd7dc01eaed227);
+        assert_eq!(combine(Some(foo), foo), 0x54c101f8ea4dce41);
+        // The top bit wraps around.
+        assert_eq!(combine(Some(1 << 63), 0), 1);
+    }
+
+    #[test]
+    fn host_set_errors_name_the_host() {
+        let e = normalize([("a:1", 1), ("b:1", 0)]).err().unwrap();
+        assert_eq!(
+            e.to_string(),
+            "hosts: \"b:1\" has weight 0 (weights start at 1)"
+        );
+        let e = normalize([("a:1", 1), ("a:1", 2)]).err().unwrap();
+        assert_eq!(e, BuildError::DuplicateHost { host: "a:1".into() });
+        assert_eq!(
+            normalize([("", 1)]).err().unwrap().to_string(),
+            "hosts[0]: \"\" is an empty key"
+        );
+        assert_eq!(
+            normalize(Vec::<Host>::new()).err().unwrap(),
+            BuildError::EmptyHostSet
+        );
+        let e = normalize([("a:1", u32::MAX), ("b:1", 1)]).err().unwrap();
+        assert_eq!(e, BuildError::WeightSum { sum: 1 << 32 });
+    }
+
+    #[test]
+    fn hosts_from_addresses_print_as_envoy_does() {
+        let v4: SocketAddr = "127.0.0.1:80".parse().unwrap();
+        let v6: SocketAddr = "[::1]:8080".parse().unwrap();
+        let hosts: Vec<Host> = vec![(v4, 1).into(), (v6, 2).into()];
+        assert_eq!(hosts[0].key(), "127.0.0.1:80");
+        assert_eq!(hosts[1].key(), "[::1]:8080");
+        assert_eq!(hosts[1].weight(), 2);
+    }
+
+    #[test]
+    fn ceil_matches_integer_rounding_up() {
+        for (x, c) in [
+            (0.0, 0.0),
+            (0.1, 1.0),
+            (1.0, 1.0),
+            (85.333, 86.0),
+            (1e300, 1e300),
+        ] {
+            assert_eq!(ceil(x), c, "{x}");
+        }
+    }
+}
