@@ -3,6 +3,8 @@
 //! and give a non-zero exit code.
 
 pub mod cookie;
+pub mod ring;
+pub mod xds;
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
@@ -20,6 +22,12 @@ enum Command {
     /// Read and write session cookies (Envoy, gRPC C-core, legacy; signed or not).
     #[command(subcommand)]
     Cookie(cookie::CookieCommand),
+    /// Ring hash and Maglev: which host a key lands on (hashed as Envoy hashes a header).
+    #[command(subcommand)]
+    Ring(ring::RingCommand),
+    /// Inspect what the xDS client receives from a control plane.
+    #[command(subcommand)]
+    Xds(xds::XdsCommand),
 }
 
 /// Runs the command line `args` (program name first); returns the exit code.
@@ -37,11 +45,16 @@ where
         }
     };
     let result = match cli.command {
-        Command::Cookie(c) => cookie::run(c),
+        Command::Cookie(c) => cookie::run(c).map(|json| vec![json]),
+        Command::Ring(c) => ring::run(c),
+        // Long-running and streaming: prints and picks its exit code itself.
+        Command::Xds(c) => return xds::run(c),
     };
     match result {
-        Ok(json) => {
-            println!("{json}");
+        Ok(lines) => {
+            for json in lines {
+                println!("{json}");
+            }
             0
         }
         Err(e) => {

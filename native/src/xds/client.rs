@@ -66,6 +66,9 @@ pub enum ResourceStatus {
 pub struct ResourceState {
     /// The last valid resource (kept across NACKs and connectivity errors).
     pub resource: Option<Resource>,
+    /// The version in which `resource` was ACKed: after a NACK this is the
+    /// last good version, which the status no longer carries.
+    pub resource_version: Option<String>,
     /// Where the resource stands.
     pub status: ResourceStatus,
     /// The latest error: with `resource` present an ambient error (keep
@@ -77,6 +80,7 @@ impl ResourceState {
     fn requested() -> Self {
         ResourceState {
             resource: None,
+            resource_version: None,
             status: ResourceStatus::Requested,
             error: None,
         }
@@ -742,6 +746,7 @@ impl Actor {
                                     | ResourceStatus::Nacked { .. }
                             );
                         s.resource = Some(r.clone());
+                        s.resource_version = Some(version.clone());
                         s.status = status;
                         s.error = None;
                         notify
@@ -773,6 +778,7 @@ impl Actor {
                             return false;
                         }
                         s.resource = None;
+                        s.resource_version = None;
                         s.status = ResourceStatus::DoesNotExist;
                         s.error = Some(XdsError::DoesNotExist {
                             kind,
