@@ -51,6 +51,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Connection {
     sender: http1::SendRequest<Full<Bytes>>,
     addr: SocketAddr,
+    local: SocketAddr,
 }
 
 impl Connection {
@@ -61,13 +62,25 @@ impl Connection {
             .map_err(|_| format!("connect {addr}: timed out"))?
             .map_err(|e| format!("connect {addr}: {e}"))?;
         let _ = stream.set_nodelay(true);
+        let local = stream
+            .local_addr()
+            .map_err(|e| format!("local address of {addr}: {e}"))?;
         let (sender, conn) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| format!("handshake {addr}: {e}"))?;
         tokio::spawn(async move {
             let _ = conn.await;
         });
-        Ok(Connection { sender, addr })
+        Ok(Connection {
+            sender,
+            addr,
+            local,
+        })
+    }
+
+    /// The client side's address (what the server sees as the peer).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
     }
 
     /// Sends a request with `method`, `path` and extra `headers`.

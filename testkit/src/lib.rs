@@ -2,13 +2,17 @@
 //!
 //! - [`envoy`]: a real Envoy process started from a YAML config, killed on drop;
 //! - [`backend`]: HTTP backends that answer with who they are;
-//! - [`client`]: a minimal HTTP/1.1 client that shows every response header.
+//! - [`client`]: a minimal HTTP/1.1 client that shows every response header;
+//! - `grpc` (feature `grpc`): gRPC backends serving the demo Echo service,
+//!   whose replies say which backend answered.
 //!
 //! Ports come from [`free_port`]; tests format them into their YAML.
 
 pub mod backend;
 pub mod client;
 pub mod envoy;
+#[cfg(feature = "grpc")]
+pub mod grpc;
 
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;

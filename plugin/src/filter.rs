@@ -1,0 +1,638 @@
+//! What the plugin does with one request, written against a small [`Host`]
+//! trait so that it runs (and is tested) the same with Envoy and without it.
+//!
+//! Host calls cost throughput (each crosses the wasm boundary), so the hot
+//! path makes as few as it can:
+//!
+//! | step | host calls |
+//! |---|---|
+//! | request | 1 (all request headers) + 1 if pinned (set the override header) + 1 if the client sent one (remove it) |
+//! | response, pinned and served by its host | 1 (`upstream.address`), + 1 in wiring (b) (drop the native filter's header) |
+//! | response that sets a cookie | + `xds.cluster_name` (formats that carry it) + `response.code_details` + the header |
+//!
+//! The clock is not read per request: the root context refreshes it once a
+//! second (cookie expiries are whole seconds).
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::net::SocketAddr;
+use core::str;
+use tether_core::cookie::{self, SessionCookie};
+use tether_core::session::{Emit, Lookup, Miss, Served, SessionRequest};
+use tether_core::{AddressList, Format};
+
+use crate::config::{OverrideEncoding, PluginConfig};
+
+/// Envoy's response code details when the response came from the upstream
+/// (any other value is a local reply: no host answered).
+pub const VIA_UPSTREAM: &str = "via_upstream";
+
+/// Details Envoy records for the 503 the plugin sends in strict mode.
+pub const STRICT_DETAILS: &str = "tether_session_host_unavailable";
+
+/// Log levels, as proxy-wasm numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Per-request detail.
+    Debug = 1,
+    /// Lifecycle events.
+    Info = 2,
+    /// Something the operator should fix.
+    Error = 4,
+}
+
+/// What the plugin needs from the proxy. Implementations never panic: a
+/// failed host call reads as "absent" and a failed write is dropped.
+pub trait Host {
+    /// Every request header, serialized as proxy-wasm returns them.
+    fn request_headers(&mut self) -> Option<HeaderMap>;
+    /// Sets (replaces) a request header.
+    fn set_request_header(&mut self, name: &str, value: &str);
+    /// Removes every value of a request header.
+    fn remove_request_header(&mut self, name: &str);
+    /// A stream property (e.g. `upstream.address`), as bytes.
+    fn property(&mut self, path: &[&str]) -> Option<Vec<u8>>;
+    /// Appends a response header.
+    fn add_response_header(&mut self, name: &str, value: &str);
+    /// Sets (replaces) a response header.
+    fn set_response_header(&mut self, name: &str, value: &str);
+    /// Removes every value of a response header.
+    fn remove_response_header(&mut self, name: &str);
+    /// Replaces the response with a local one.
+    fn local_reply(&mut self, status: u32, details: &str, body: &str);
+    /// Writes a log line.
+    fn log(&mut self, level: Level, message: &str);
+}
+
+/// A header map in proxy-wasm's serialization: a little-endian `u32` count,
+/// then a `(name length, value length)` pair of `u32` per entry, then each
+/// name and value followed by a NUL byte.
+#[derive(Debug, Clone, Default)]
+pub struct HeaderMap(pub Vec<u8>);
+
+impl HeaderMap {
+    /// Serializes `pairs` (for tests and hosts that build maps).
+    pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> HeaderMap {
+        let pairs: Vec<_> = pairs.into_iter().collect();
+        let mut out = Vec::new();
+        out.extend_from_slice(&(pairs.len() as u32).to_le_bytes());
+        for (n, v) in &pairs {
+            out.extend_from_slice(&(n.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+        }
+        for (n, v) in &pairs {
+            out.extend_from_slice(n.as_bytes());
+            out.push(0);
+            out.extend_from_slice(v);
+            out.push(0);
+        }
+        HeaderMap(out)
+    }
+
+    /// The entries in order, as byte slices. A truncated or inconsistent map
+    /// ends the iteration early instead of failing.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let bytes = self.0.as_slice();
+        let count = read_u32(bytes, 0).unwrap_or(0);
+        let mut data = (count as usize)
+            .checked_mul(8)
+            .and_then(|n| n.checked_add(4));
+        (0..count as usize).map_while(move |i| {
+            let at = data?;
+            let sizes = 4usize.checked_add(i.checked_mul(8)?)?;
+            let name_len = read_u32(bytes, sizes)? as usize;
+            let value_len = read_u32(bytes, sizes.checked_add(4)?)? as usize;
+            let name_end = at.checked_add(name_len)?;
+            let value_at = name_end.checked_add(1)?;
+            let value_end = value_at.checked_add(value_len)?;
+            let name = bytes.get(at..name_end)?;
+            let value = bytes.get(value_at..value_end)?;
+            data = value_end.checked_add(1);
+            Some((name, value))
+        })
+    }
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
+    let b = bytes.get(at..at.checked_add(4)?)?;
+    Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// What the request side leaves for the response side.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    lookup: Lookup,
+    now: u64,
+}
+
+impl Exchange {
+    /// The request-side decision.
+    pub fn lookup(&self) -> &Lookup {
+        &self.lookup
+    }
+}
+
+/// The plugin for one configuration.
+#[derive(Debug, Clone)]
+pub struct Plugin {
+    config: PluginConfig,
+    debug: bool,
+}
+
+impl Plugin {
+    /// A plugin with `config`; `debug` turns on per-request log lines.
+    pub fn new(config: PluginConfig, debug: bool) -> Self {
+        Plugin { config, debug }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PluginConfig {
+        &self.config
+    }
+
+    /// Request headers: strip a client's override header, decide, and tell
+    /// Envoy where a pinned request goes. `now` is the clock in epoch seconds
+    /// (`None` when it could not be read: the request is then left alone,
+    /// because neither expiry nor a new cookie can be judged without it).
+    pub fn on_request(&self, host: &mut impl Host, now: Option<u64>) -> Exchange {
+        let cfg = &self.config;
+        let session = &cfg.session;
+        let headers = host.request_headers().unwrap_or_default();
+        let session_header = session.header_name().map(str::as_bytes);
+        let mut path = "";
+        let mut cookies: Vec<&str> = Vec::new();
+        let mut header = None;
+        let mut client_override = false;
+        for (name, value) in headers.iter() {
+            if name == b":path" {
+                path = str::from_utf8(value).unwrap_or("");
+            } else if name == b"cookie" {
+                // A value that is not UTF-8 holds no RFC 6265 cookie we could read.
+                if let Ok(v) = str::from_utf8(value) {
+                    cookies.push(v);
+                }
+            } else if name == cfg.override_header.as_bytes() {
+                client_override = true;
+            } else if Some(name) == session_header && header.is_none() {
+                header = str::from_utf8(value).ok();
+            }
+        }
+        // A client must never choose its backend: drop what it sent before
+        // anything else reads it.
+        if client_override {
+            host.remove_request_header(&cfg.override_header);
+        }
+        let Some(now) = now else {
+            return Exchange {
+                lookup: Lookup::Bypass,
+                now: 0,
+            };
+        };
+        let req = SessionRequest {
+            path,
+            cookies: &cookies,
+            header,
+        };
+        let lookup = session.lookup(&req, now);
+        match &lookup {
+            Lookup::Pinned(pin) => {
+                if let Some(value) = override_value(&pin.cookie.addresses, cfg.encoding) {
+                    host.set_request_header(&cfg.override_header, &value);
+                }
+            }
+            Lookup::Miss(miss) if self.debug && *miss != Miss::Absent => {
+                host.log(
+                    Level::Debug,
+                    &alloc::format!("tether: session ignored, load balancing: {miss:?}"),
+                );
+            }
+            _ => {}
+        }
+        Exchange { lookup, now }
+    }
+
+    /// Response headers: set a cookie (or the session header) when the host
+    /// that answered is not the session's, never for a host that did not
+    /// answer, and enforce `strict`. Returns true when the response was
+    /// replaced by a local reply (the caller stops the original one).
+    pub fn on_response(&self, host: &mut impl Host, exchange: Option<&Exchange>) -> bool {
+        let cfg = &self.config;
+        let session = &cfg.session;
+        if cfg.encoding == OverrideEncoding::SessionHeader {
+            // Envoy's header-mode filter echoes the served host in this
+            // header; the plugin's cookie replaces it for the client.
+            host.remove_response_header(&cfg.override_header);
+        }
+        let Some(ex) = exchange else { return false };
+        if matches!(ex.lookup, Lookup::Bypass) {
+            return false;
+        }
+        let Some(address) = host
+            .property(&["upstream", "address"])
+            .and_then(|b| parse_address(&b))
+        else {
+            // Never routed (e.g. no healthy host): nothing to pin to.
+            return false;
+        };
+        let mut served = Served {
+            address: Some(address),
+            ..Served::default()
+        };
+        let mut emit = session.respond(&ex.lookup, &served, ex.now);
+
+        // The cluster is read only where it can change the answer: for the
+        // cookie about to be minted, or to add it once to a session cookie
+        // that lacks it (gRFC A60). A cookie naming another cluster but the
+        // host that answered is left as it is: telling would cost a property
+        // read on every pinned response.
+        let wants_cluster = session.config().format.carries_cluster()
+            && (emit.is_some()
+                || (ex.lookup.addresses().is_some() && ex.lookup.cluster().is_none()));
+        let cluster = if wants_cluster {
+            host.property(&["xds", "cluster_name"])
+        } else {
+            None
+        };
+        if wants_cluster {
+            served.cluster = cluster.as_deref().and_then(|b| str::from_utf8(b).ok());
+            emit = session.respond(&ex.lookup, &served, ex.now);
+        }
+
+        // Whether a host really answered is asked only before acting on it.
+        if emit.is_some() || session.strict_refuses(&ex.lookup, &served) {
+            let details = host.property(&["response", "code_details"]);
+            served.connect_failed = details.as_deref() != Some(VIA_UPSTREAM.as_bytes());
+            if session.strict_refuses(&ex.lookup, &served) {
+                host.local_reply(503, STRICT_DETAILS, "no healthy upstream");
+                return true;
+            }
+            emit = session.respond(&ex.lookup, &served, ex.now);
+        }
+        match emit {
+            Some(Emit::SetCookie(value)) => host.add_response_header("set-cookie", &value),
+            Some(Emit::Header { name, value }) => host.set_response_header(&name, &value),
+            None => {}
+        }
+        false
+    }
+}
+
+/// The override header's value for the pinned `addresses`.
+pub fn override_value(addresses: &AddressList, encoding: OverrideEncoding) -> Option<String> {
+    match encoding {
+        OverrideEncoding::List => Some(alloc::format!("{addresses}")),
+        // Envoy's header-mode session state: base64 of one `ip:port`, which is
+        // exactly tether's legacy cookie value.
+        OverrideEncoding::SessionHeader => {
+            let one = SessionCookie::new(AddressList::one(addresses.primary()));
+            cookie::encode(&one, Format::Legacy, None).ok()
+        }
+    }
+}
+
+/// Parses Envoy's `upstream.address` property (`ip:port`).
+pub fn parse_address(bytes: &[u8]) -> Option<SocketAddr> {
+    tether_core::address::parse(str::from_utf8(bytes).ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::borrow::ToOwned;
+    use alloc::string::ToString;
+    use alloc::vec;
+    use std::collections::HashMap;
+    use tether_core::cookie::KeyRing;
+    use tether_core::http::set_cookie;
+
+    const NOW: u64 = 1_800_000_000;
+
+    /// A scripted proxy: request headers and properties in, every call out.
+    #[derive(Default)]
+    struct FakeHost {
+        request: Vec<(String, Vec<u8>)>,
+        properties: HashMap<String, Vec<u8>>,
+        calls: Vec<String>,
+        set_request: Vec<(String, String)>,
+        response: Vec<(String, String)>,
+        reply: Option<u32>,
+    }
+
+    impl FakeHost {
+        fn new(request: &[(&str, &str)]) -> Self {
+            FakeHost {
+                request: request
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+                    .collect(),
+                ..FakeHost::default()
+            }
+        }
+
+        fn served_by(mut self, address: &str) -> Self {
+            self.properties
+                .insert("upstream.address".into(), address.as_bytes().to_vec());
+            self.properties
+                .insert("response.code_details".into(), b"via_upstream".to_vec());
+            self.properties
+                .insert("xds.cluster_name".into(), b"backends".to_vec());
+            self
+        }
+
+        fn set_cookies(&self) -> Vec<&str> {
+            self.response
+                .iter()
+                .filter(|(n, _)| n == "set-cookie")
+                .map(|(_, v)| v.as_str())
+                .collect()
+        }
+    }
+
+    impl Host for FakeHost {
+        fn request_headers(&mut self) -> Option<HeaderMap> {
+            self.calls.push("request_headers".into());
+            Some(HeaderMap::from_pairs(
+                self.request.iter().map(|(n, v)| (n.as_str(), v.as_slice())),
+            ))
+        }
+        fn set_request_header(&mut self, name: &str, value: &str) {
+            self.calls.push(alloc::format!("set_request_header {name}"));
+            self.set_request.push((name.into(), value.into()));
+        }
+        fn remove_request_header(&mut self, name: &str) {
+            self.calls
+                .push(alloc::format!("remove_request_header {name}"));
+            self.request.retain(|(n, _)| n != name);
+        }
+        fn property(&mut self, path: &[&str]) -> Option<Vec<u8>> {
+            let key = path.join(".");
+            self.calls.push(alloc::format!("property {key}"));
+            self.properties.get(&key).cloned()
+        }
+        fn add_response_header(&mut self, name: &str, value: &str) {
+            self.calls
+                .push(alloc::format!("add_response_header {name}"));
+            self.response.push((name.into(), value.into()));
+        }
+        fn set_response_header(&mut self, name: &str, value: &str) {
+            self.calls
+                .push(alloc::format!("set_response_header {name}"));
+            self.response.retain(|(n, _)| n != name);
+            self.response.push((name.into(), value.into()));
+        }
+        fn remove_response_header(&mut self, name: &str) {
+            self.calls
+                .push(alloc::format!("remove_response_header {name}"));
+            self.response.retain(|(n, _)| n != name);
+        }
+        fn local_reply(&mut self, status: u32, _details: &str, _body: &str) {
+            self.calls.push(alloc::format!("local_reply {status}"));
+            self.reply = Some(status);
+        }
+        fn log(&mut self, _level: Level, _message: &str) {}
+    }
+
+    fn plugin(json: &str) -> Plugin {
+        Plugin::new(PluginConfig::from_json(json).unwrap(), false)
+    }
+
+    const COOKIE: &str = r#"{"cookie":{"name":"s","path":"/","ttl":"120s"}}"#;
+
+    /// One request through the plugin: the request host, then the response host.
+    fn exchange(p: &Plugin, request: &[(&str, &str)], served: &str) -> (FakeHost, FakeHost) {
+        let mut req = FakeHost::new(request);
+        let ex = p.on_request(&mut req, Some(NOW));
+        let mut resp = FakeHost::default().served_by(served);
+        p.on_response(&mut resp, Some(&ex));
+        (req, resp)
+    }
+
+    fn envoy_cookie(addr: &str) -> String {
+        let c = SessionCookie::new(AddressList::parse(addr).unwrap());
+        cookie::encode(&c, Format::Envoy, None).unwrap()
+    }
+
+    fn decoded(set_cookie_header: &str) -> SessionCookie {
+        let got = set_cookie::parse(set_cookie_header).unwrap();
+        cookie::decode(got.value, &KeyRing::empty()).unwrap().cookie
+    }
+
+    #[test]
+    fn header_map_parses_what_it_serializes_and_survives_garbage() {
+        let m = HeaderMap::from_pairs([(":path", &b"/a"[..]), ("cookie", &b"\xff"[..])]);
+        let got: Vec<_> = m.iter().collect();
+        assert_eq!(
+            got,
+            vec![(&b":path"[..], &b"/a"[..]), (&b"cookie"[..], &b"\xff"[..])]
+        );
+        for len in 0..m.0.len() {
+            let cut = HeaderMap(m.0[..len].to_vec());
+            assert!(cut.iter().count() <= 2);
+        }
+        let huge = HeaderMap(vec![0xff, 0xff, 0xff, 0xff, 1, 2, 3]);
+        assert_eq!(huge.iter().count(), 0);
+        assert_eq!(HeaderMap::default().iter().count(), 0);
+    }
+
+    #[test]
+    fn first_request_is_routed_normally_and_gets_a_cookie() {
+        let p = plugin(COOKIE);
+        let (req, resp) = exchange(&p, &[(":path", "/")], "127.0.0.1:8001");
+        assert!(req.set_request.is_empty());
+        let cookies = resp.set_cookies();
+        assert_eq!(cookies.len(), 1);
+        let c = decoded(cookies[0]);
+        assert_eq!(c.addresses.primary().to_string(), "127.0.0.1:8001");
+        assert_eq!(c.expires, Some(NOW + 120));
+        assert_eq!(c.cluster.as_deref(), Some("backends"));
+        assert!(cookies[0].contains("Max-Age=120"), "{}", cookies[0]);
+    }
+
+    #[test]
+    fn pinned_replay_sets_the_override_and_costs_two_calls_when_served_there() {
+        let p = plugin(COOKIE);
+        let mut c = SessionCookie::new(AddressList::parse("127.0.0.1:8001").unwrap());
+        c.cluster = Some("backends".into());
+        let value = cookie::encode(&c, Format::Envoy, None).unwrap();
+        let header = alloc::format!("a=b; s=\"{value}\"");
+        let (req, resp) = exchange(
+            &p,
+            &[(":path", "/x"), ("cookie", &header)],
+            "127.0.0.1:8001",
+        );
+        assert_eq!(
+            req.set_request,
+            vec![(
+                "x-tether-override-host".to_string(),
+                "127.0.0.1:8001".to_string()
+            )]
+        );
+        assert_eq!(req.calls.len(), 2, "{:?}", req.calls);
+        assert!(resp.set_cookies().is_empty());
+        assert_eq!(resp.calls, vec!["property upstream.address"]);
+    }
+
+    #[test]
+    fn cookie_is_found_in_any_of_several_cookie_headers() {
+        let p = plugin(COOKIE);
+        let value = envoy_cookie("127.0.0.1:8002");
+        let second = alloc::format!("s={value}");
+        let (req, _) = exchange(
+            &p,
+            &[(":path", "/"), ("cookie", "a=1"), ("cookie", &second)],
+            "127.0.0.1:8002",
+        );
+        assert_eq!(req.set_request[0].1, "127.0.0.1:8002");
+    }
+
+    #[test]
+    fn a_cookie_without_a_cluster_gains_one_once() {
+        let p = plugin(COOKIE);
+        let header = alloc::format!("s={}", envoy_cookie("127.0.0.1:8001"));
+        let (_, resp) = exchange(&p, &[(":path", "/"), ("cookie", &header)], "127.0.0.1:8001");
+        let cookies = resp.set_cookies();
+        assert_eq!(cookies.len(), 1);
+        assert_eq!(decoded(cookies[0]).cluster.as_deref(), Some("backends"));
+    }
+
+    #[test]
+    fn client_override_header_is_removed_before_deciding() {
+        let p = plugin(COOKIE);
+        let (req, _) = exchange(
+            &p,
+            &[(":path", "/"), ("x-tether-override-host", "127.0.0.1:9")],
+            "127.0.0.1:8001",
+        );
+        assert_eq!(req.calls[1], "remove_request_header x-tether-override-host");
+        assert!(req
+            .request
+            .iter()
+            .all(|(n, _)| n != "x-tether-override-host"));
+        assert!(req.set_request.is_empty());
+    }
+
+    #[test]
+    fn no_cookie_for_a_host_that_did_not_answer() {
+        let p = plugin(COOKIE);
+        let mut req = FakeHost::new(&[(":path", "/")]);
+        let ex = p.on_request(&mut req, Some(NOW));
+        let mut resp = FakeHost::default().served_by("127.0.0.1:8001");
+        resp.properties.insert(
+            "response.code_details".into(),
+            b"upstream_reset_before_response_started{remote_connection_failure}".to_vec(),
+        );
+        p.on_response(&mut resp, Some(&ex));
+        assert!(resp.set_cookies().is_empty());
+        let mut none = FakeHost::default();
+        p.on_response(&mut none, Some(&ex));
+        assert!(none.response.is_empty());
+    }
+
+    #[test]
+    fn path_gate_leaves_request_and_response_alone() {
+        let p = plugin(r#"{"cookie":{"name":"s","path":"/app"}}"#);
+        let mut c = SessionCookie::new(AddressList::parse("127.0.0.1:8001").unwrap());
+        c.cluster = Some("backends".into());
+        let header = alloc::format!("s={}", cookie::encode(&c, Format::Envoy, None).unwrap());
+        let (req, resp) = exchange(
+            &p,
+            &[(":path", "/other"), ("cookie", &header)],
+            "127.0.0.1:8002",
+        );
+        assert!(req.set_request.is_empty());
+        assert!(resp.calls.is_empty());
+        let (req, resp) = exchange(
+            &p,
+            &[(":path", "/app/x"), ("cookie", &header)],
+            "127.0.0.1:8001",
+        );
+        assert_eq!(req.set_request.len(), 1);
+        assert!(resp.set_cookies().is_empty());
+    }
+
+    #[test]
+    fn session_header_encoding_writes_base64_and_hides_the_native_echo() {
+        let p = plugin(
+            r#"{"cookie":{"name":"s"},"override_encoding":"session_header","override_header":"x-pin"}"#,
+        );
+        let header = alloc::format!("s={}", envoy_cookie("127.0.0.1:8001"));
+        let mut req = FakeHost::new(&[(":path", "/"), ("cookie", &header)]);
+        let ex = p.on_request(&mut req, Some(NOW));
+        assert_eq!(
+            req.set_request[0],
+            ("x-pin".into(), "MTI3LjAuMC4xOjgwMDE=".into())
+        );
+        let mut resp = FakeHost::default().served_by("127.0.0.1:8001");
+        resp.response
+            .push(("x-pin".into(), "MTI3LjAuMC4xOjgwMDE=".into()));
+        p.on_response(&mut resp, Some(&ex));
+        assert!(resp.response.iter().all(|(n, _)| n != "x-pin"));
+    }
+
+    #[test]
+    fn header_mode_reads_and_writes_the_session_header() {
+        let p = plugin(r#"{"header":{"name":"x-session"}}"#);
+        let (req, resp) = exchange(&p, &[(":path", "/")], "127.0.0.1:8003");
+        assert!(req.set_request.is_empty());
+        assert_eq!(
+            resp.response,
+            vec![("x-session".to_owned(), "MTI3LjAuMC4xOjgwMDM=".to_owned())]
+        );
+        let (req, resp) = exchange(
+            &p,
+            &[(":path", "/"), ("x-session", "MTI3LjAuMC4xOjgwMDM=")],
+            "127.0.0.1:8003",
+        );
+        assert_eq!(req.set_request[0].1, "127.0.0.1:8003");
+        assert!(resp.response.is_empty());
+    }
+
+    #[test]
+    fn strict_replaces_a_fallback_answer_with_503() {
+        let p = plugin(r#"{"cookie":{"name":"s"},"strict":true}"#);
+        let header = alloc::format!("s={}", envoy_cookie("127.0.0.1:8001"));
+        let (_, resp) = exchange(&p, &[(":path", "/"), ("cookie", &header)], "127.0.0.1:8002");
+        assert_eq!(resp.reply, Some(503));
+        assert!(resp.set_cookies().is_empty());
+        let (_, resp) = exchange(&p, &[(":path", "/"), ("cookie", &header)], "127.0.0.1:8001");
+        assert_eq!(resp.reply, None);
+    }
+
+    #[test]
+    fn without_a_clock_the_request_is_left_alone() {
+        let p = plugin(COOKIE);
+        let header = alloc::format!("s={}", envoy_cookie("127.0.0.1:8001"));
+        let mut req = FakeHost::new(&[(":path", "/"), ("cookie", &header)]);
+        let ex = p.on_request(&mut req, None);
+        assert!(req.set_request.is_empty());
+        let mut resp = FakeHost::default().served_by("127.0.0.1:8002");
+        p.on_response(&mut resp, Some(&ex));
+        assert!(resp.response.is_empty());
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let p = plugin(COOKIE);
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..2000 {
+            let len = (next() % 60) as usize;
+            let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let header = alloc::format!("s={text}; s=\"{text}");
+            let mut req = FakeHost::new(&[(":path", &text), ("cookie", &header)]);
+            req.request.push(("cookie".into(), bytes.clone()));
+            let ex = p.on_request(&mut req, Some(next()));
+            let mut resp = FakeHost::default();
+            resp.properties
+                .insert("upstream.address".into(), bytes.clone());
+            p.on_response(&mut resp, Some(&ex));
+            let _ = HeaderMap(bytes).iter().count();
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! The plugin's configuration in a real Envoy 1.40, and the ready-to-copy
+//! files of `envoy-configs/`:
+//! - an invalid plugin configuration is one log line naming the field and
+//!   the value, and Envoy refuses it: at start-up it does not start, on a
+//!   listener update it rejects the update and keeps serving the old one;
+//! - every file passes `envoy --mode validate`;
+//! - the docker-compose setup (Envoy-served backends + the plugin) pins
+//!   sessions when run as it is, on loopback.
+
+use serde_json::json;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tether_testkit::envoy::{validate, Envoy};
+use tether_testkit::{free_port, wait_until};
+use tether_wasm_tests::scenario::{
+    backend, config_file, config_text, listener, minted, override_host_cluster, plugin_config,
+    plugin_filter, plugin_path, replace, route, start_envoy, with_plugin_config, Backends,
+    CONFIG_BACKEND_PORTS, CONFIG_PLUGIN_PATH,
+};
+
+const BAD_LINE: &str = r#"tether: invalid plugin configuration: cookie.ttl: "-5s" is negative"#;
+
+fn bad_config() -> serde_json::Value {
+    let mut c = plugin_config();
+    c["cookie"]["ttl"] = json!("-5s");
+    c
+}
+
+#[tokio::test]
+async fn invalid_configuration_stops_envoy_from_starting() {
+    let b = Backends::start(3).await;
+    let yaml = with_plugin_config(
+        &config_file("plugin-override-host.yaml", free_port(), &b.addrs()),
+        &bad_config(),
+    );
+    let err = match Envoy::start(&yaml).await {
+        Ok(_) => panic!("Envoy started with an invalid plugin configuration"),
+        Err(e) => e,
+    };
+    assert!(err.contains(BAD_LINE), "{err}");
+    // `envoy --mode validate` runs the plugin's configure too.
+    let err = validate(&yaml).await.unwrap_err();
+    assert!(err.contains("Unable to create Wasm plugin tether"), "{err}");
+    // Unknown fields, wrong types and bad values of the plugin's own fields too.
+    for (field, value, line) in [
+        ("stict", json!(true), "stict: is not a known field"),
+        (
+            "override_encoding",
+            json!("csv"),
+            r#"override_encoding: "csv" is not one of list, session_header"#,
+        ),
+        (
+            "override_header",
+            json!("a b"),
+            r#"override_header: "a b" is not a valid name"#,
+        ),
+    ] {
+        let mut c = plugin_config();
+        c[field] = value;
+        let yaml = with_plugin_config(
+            &config_file("plugin-override-host.yaml", free_port(), &b.addrs()),
+            &c,
+        );
+        let err = validate(&yaml).await.unwrap_err();
+        assert!(err.contains(line), "{field}: {err}");
+    }
+}
+
+/// A private directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tether-lds-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Writes the listener as Envoy's filesystem LDS reads it, atomically (Envoy
+/// watches for the file being moved into place).
+fn write_lds(dir: &TempDir, listener: serde_json::Value) {
+    let mut l = listener;
+    l["@type"] = json!("type.googleapis.com/envoy.config.listener.v3.Listener");
+    let tmp = dir.0.join("lds.tmp");
+    std::fs::write(&tmp, json!({ "resources": [l] }).to_string()).unwrap();
+    std::fs::rename(&tmp, dir.0.join("lds.yaml")).unwrap();
+}
+
+#[tokio::test]
+async fn invalid_configuration_update_is_rejected_and_the_old_one_keeps_serving() {
+    let b = Backends::start(3).await;
+    let dir = TempDir::new();
+    let port = free_port();
+    let make = |config: &serde_json::Value| {
+        listener(
+            "ingress",
+            port,
+            vec![plugin_filter(config)],
+            vec![route("/", "app")],
+        )
+    };
+    write_lds(&dir, make(&plugin_config()));
+    let yaml = json!({
+        "node": { "id": "tether-test", "cluster": "tether-test" },
+        "admin": { "address": { "socket_address": { "address": "127.0.0.1", "port_value": 0 } } },
+        "dynamic_resources": { "lds_config": {
+            "path_config_source": { "path": dir.0.join("lds.yaml").display().to_string() },
+            "resource_api_version": "V3"
+        } },
+        "static_resources": { "clusters": [override_host_cluster("app", &b.addrs())] }
+    })
+    .to_string();
+    let envoy = start_envoy(&yaml).await;
+    let listen = SocketAddr::from(([127, 0, 0, 1], port));
+    let first = tether_testkit::client::get(listen, "/", &[]).await.unwrap();
+    let session = minted(&first).expect("the first configuration serves sessions");
+
+    write_lds(&dir, make(&bad_config()));
+    let rejected = wait_until(Duration::from_secs(10), || async {
+        envoy
+            .stat("listener_manager.lds.update_rejected")
+            .await
+            .unwrap_or(0)
+            >= 1
+    })
+    .await;
+    assert!(rejected, "the update was rejected:\n{}", envoy.log());
+    assert!(envoy.log().contains(BAD_LINE), "{}", envoy.log());
+    // The listener of the last good configuration still pins sessions.
+    for _ in 0..10 {
+        let r = tether_testkit::client::get(listen, "/", &[("cookie", &session.cookie_header())])
+            .await
+            .unwrap();
+        assert_eq!(backend(&r), backend(&first));
+    }
+    assert!(minted(&tether_testkit::client::get(listen, "/", &[]).await.unwrap()).is_some());
+}
+
+#[tokio::test]
+async fn every_ready_to_copy_config_validates() {
+    for file in [
+        "native-cookie.yaml",
+        "plugin-override-host.yaml",
+        "plugin-native-header.yaml",
+        "backends.yaml",
+    ] {
+        let text = config_text(file).replace(CONFIG_PLUGIN_PATH, &plugin_path());
+        if let Err(e) = validate(&text).await {
+            panic!("{file}: {e}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn docker_compose_setup_pins_sessions() {
+    let compose = config_text("docker-compose.yml");
+    // The compose file mounts the tested files and the built plugin where the
+    // configs expect it, on the Envoy version the tests run.
+    for mount in [
+        "./backends.yaml:",
+        "./plugin-override-host.yaml:",
+        &format!("../target/wasm32-wasip1/wasm/tether_plugin.wasm:{CONFIG_PLUGIN_PATH}:ro"),
+    ] {
+        assert!(compose.contains(mount), "docker-compose.yml mounts {mount}");
+    }
+    assert!(compose.contains("image: envoyproxy/envoy:v1.40.0"));
+    assert!(compose.contains("network_mode: host"));
+
+    // Run the same two configurations here: Envoy serving the backends, and
+    // Envoy with the plugin in front of them.
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut backends_yaml = config_text("backends.yaml");
+    for (from, to) in CONFIG_BACKEND_PORTS.iter().zip(&ports) {
+        backends_yaml = replace(
+            &backends_yaml,
+            &format!("port_value: {from} "),
+            &format!("port_value: {to} "),
+        );
+    }
+    backends_yaml = format!(
+        "admin:\n  address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}\n{backends_yaml}"
+    );
+    let _backends = start_envoy(&backends_yaml).await;
+    let addrs: Vec<SocketAddr> = ports
+        .iter()
+        .map(|p| SocketAddr::from(([127, 0, 0, 1], *p)))
+        .collect();
+    let port = free_port();
+    let _envoy = start_envoy(&config_file("plugin-override-host.yaml", port, &addrs)).await;
+    let listen = SocketAddr::from(([127, 0, 0, 1], port));
+    let first = tether_testkit::client::get(listen, "/", &[]).await.unwrap();
+    let name = backend(&first).to_string();
+    assert!(name.starts_with("backend-"), "{:?}", first.headers);
+    let session = minted(&first).expect("a session cookie");
+    assert_eq!(
+        format!(
+            "backend-{}",
+            ports
+                .iter()
+                .position(|p| *p == session.address().port())
+                .unwrap()
+                + 1
+        ),
+        name
+    );
+    for _ in 0..20 {
+        let r = tether_testkit::client::get(listen, "/", &[("cookie", &session.cookie_header())])
+            .await
+            .unwrap();
+        assert_eq!(backend(&r), name);
+        assert!(minted(&r).is_none());
+    }
+}
