@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds tether-js and the tether CLI, then runs every JavaScript test with
+# Node's built-in runner: the shared vectors, the API, round-trips with the
+# CLI, the package as a user imports it, and the inspector page in headless
+# Chromium (installed with apt-get when missing). Screenshots of the page are
+# left in target/artifacts/.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+repo="$(dirname "$here")"
+cd "$repo"
+
+node_major="$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)"
+if [ "$node_major" -lt 18 ]; then
+  echo "test.sh: Node >= 18 is needed (found: $(node --version 2>/dev/null || echo none))" >&2
+  exit 1
+fi
+
+# Debian packages: chromium for the inspector test, npm for wasm-opt (binaryen).
+missing=()
+[ -n "${CHROMIUM:-}" ] || command -v chromium >/dev/null || missing+=(chromium)
+command -v npm >/dev/null || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "test.sh: installing ${missing[*]} with apt-get" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+chromium="${CHROMIUM:-$(command -v chromium)}"
+
+"$here/build.sh"
+cargo build -p tether --bin tether
+
+mkdir -p target/artifacts
+CHROMIUM="$chromium" TETHER_BIN="$repo/target/debug/tether" \
+  node --test "$here"/test/*.test.mjs "$here"/test/browser/*.test.mjs
