@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# tether's whole test suite, runnable on a fresh machine (installs what it needs):
+#   scripts/test.sh
+# Steps: formatting and lints; the no_std proof of tether-core; the wasm
+# builds; every Rust test (unit, vectors, property, real Envoy and gRPC C-core
+# interop); a bounded fuzz run; the JavaScript package and its Chromium test;
+# a short run of the plugin benchmark script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step() { printf '\n=== %s\n' "$*"; }
+
+step "setup"
+scripts/setup.sh
+
+step "format and lints"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+step "tether-core builds without std (no_std cdylib with its own panic handler), with and without regex"
+cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --release
+cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --release --features tether-core/regex
+
+step "wasm plugin builds"
+for p in $(sed -n 's/^name = "\(tether-plugin\|tether-empty-filter\)"$/\1/p' plugin/Cargo.toml wasm-tests/empty-filter/Cargo.toml 2>/dev/null); do
+  cargo build --quiet -p "$p" --target wasm32-wasip1 --profile wasm
+done
+ls -l target/wasm32-wasip1/wasm/*.wasm 2>/dev/null || true
+
+step "fuzzing (bounded)"
+scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
+
+if [ -x js/test.sh ]; then
+  step "JavaScript package and inspector page"
+  js/test.sh
+fi
+
+if [ -x scripts/bench-plugin.sh ]; then
+  step "plugin benchmark script (quick mode)"
+  scripts/bench-plugin.sh --quick
+fi
+
+step "Rust tests (unit, vectors, properties, Envoy and gRPC interop)"
+cargo test --quiet -p tether-core --features regex
+cargo test --workspace --quiet 2>&1 | tee target/test-output.txt
+grep -q '^test result: ' target/test-output.txt
