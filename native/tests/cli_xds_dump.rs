@@ -1,9 +1,10 @@
 //! `tether xds dump` as a user runs it: the real `tether` binary against a
-//! real `tether-control` on 127.0.0.1 (the configured graph, `--watch`
-//! following an endpoint change and the server going away, a server that is
-//! down), and against the test ADS fixture for what tether-control never
-//! serves (aggregate clusters with a cycle and a too deep chain, a missing
-//! cluster, an invalid cluster that is NACKed).
+//! real `tether-control` on 127.0.0.1 (the configured graph, aggregate
+//! services resolved to their leaves, `--watch` following an endpoint change
+//! and the server going away, a server that is down), and against the test
+//! ADS fixture for what tether-control refuses to serve on purpose (an
+//! aggregate cycle and a chain deeper than 16, a missing cluster, an invalid
+//! cluster that is NACKed).
 
 mod control_support;
 mod xds_support;
@@ -28,6 +29,7 @@ use control_support::{Control, TempDir};
 use xds_support::{make, Fixture, Mode, CDS, LDS};
 
 const YAML: &str = include_str!("fixtures/xds_dump.yaml");
+const AGGREGATE_YAML: &str = include_str!("fixtures/xds_dump_aggregate.yaml");
 const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 /// Every wait on the binary is bounded by this.
@@ -465,7 +467,84 @@ async fn a_bad_bootstrap_is_an_error_naming_the_field() {
     );
 }
 
-// ---- The ADS fixture: aggregate clusters, a missing and an invalid one. ----
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregate_services_from_tether_control_resolve_to_their_leaves() {
+    let control = Control::start(AGGREGATE_YAML).await;
+    let dir = TempDir::new("dump-agg-control");
+    let boot = write_bootstrap(&dir, &control.bootstrap_json("agg-control-node"));
+    let (status, doc, stderr) = dump(&boot, "agg.example", &["--timeout", "15"]).await;
+    assert!(status.success(), "{status}: {stderr}\n{doc:#}");
+    assert_eq!(doc["complete"], true);
+    assert_eq!(doc["errors"], serde_json::json!([]));
+    for (name, s) in statuses(&doc) {
+        assert_eq!(s, "acked", "{name}");
+    }
+
+    // Two levels: shop → (web → primary, fallback), spare; each route's
+    // cluster resolved to its leaves in priority order.
+    let leaves = |cluster: &str| find(&doc, "route_clusters", cluster)["leaves"].clone();
+    assert_eq!(
+        leaves("shop/session"),
+        serde_json::json!(["primary/session", "fallback/session", "spare/session"])
+    );
+    assert_eq!(leaves("web"), serde_json::json!(["primary", "fallback"]));
+    // The longest chain tether-control accepts is one the client follows.
+    assert_eq!(leaves("chain-0"), serde_json::json!(["chain-15"]));
+    for rc in doc["route_clusters"].as_array().unwrap() {
+        assert_eq!(rc["error"], Value::Null, "{rc}");
+    }
+
+    // The aggregate clusters as served, one level each.
+    for (name, children) in [
+        ("shop/session", ["web/session", "spare/session"]),
+        ("web/session", ["primary/session", "fallback/session"]),
+        ("web", ["primary", "fallback"]),
+    ] {
+        let c = &find(&doc, "clusters", name)["resource"];
+        assert_eq!(c["type"], "AGGREGATE", "{name}: {c}");
+        assert_eq!(c["children"], serde_json::json!(children), "{name}");
+    }
+    // The leaves carry the route's session settings and read their own
+    // endpoints: two priorities, a DRAINING endpoint.
+    for leaf in ["primary", "fallback", "spare"] {
+        let c = &find(&doc, "clusters", &format!("{leaf}/session"))["resource"];
+        assert_eq!(c["type"], "EDS");
+        assert_eq!(c["eds_service_name"], leaf);
+        assert_eq!(
+            c["override_host_status"],
+            serde_json::json!(["UNKNOWN", "HEALTHY", "DRAINING"]),
+            "{leaf}"
+        );
+    }
+    let primary = &find(&doc, "endpoints", "primary")["resource"];
+    assert_eq!(
+        primary["priorities"].as_array().unwrap().len(),
+        2,
+        "{primary}"
+    );
+    assert_eq!(
+        find(&doc, "endpoints", "fallback")["resource"]["priorities"][0]["localities"][0]
+            ["endpoints"][0]["health"],
+        "DRAINING"
+    );
+    // No endpoints are asked for an aggregate.
+    let eds: Vec<&str> = doc["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !eds.iter()
+            .any(|n| ["shop", "web"].contains(n) || n.starts_with("chain-") && *n != "chain-15"),
+        "{eds:?}"
+    );
+    assert!(control.nacks_none(), "{}", control.stderr());
+}
+
+// ---- The ADS fixture: what tether-control refuses to serve on purpose ----
+// (aggregate cycles, chains deeper than gRPC follows, missing clusters,
+// invalid resources), so the dump's answers to them are tested here.
 
 const AGG: &str = "agg.example";
 /// chain-0 → chain-1 → … → chain-15 (an EDS cluster): 16 levels, the most
@@ -610,7 +689,7 @@ async fn aggregate_fixture() -> Fixture {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn aggregates_resolve_to_leaves_with_cycle_and_depth_errors_missing_and_nacked_clusters() {
+async fn aggregate_cycle_and_depth_errors_missing_and_nacked_clusters() {
     let f = aggregate_fixture().await;
     let version = f.version().to_string();
     let dir = TempDir::new("dump-agg");
@@ -628,28 +707,16 @@ async fn aggregates_resolve_to_leaves_with_cycle_and_depth_errors_missing_and_na
     assert_eq!(doc["complete"], true);
     assert!(took < Duration::from_secs(10), "took {took:?}");
 
-    // The aggregate cluster: children as configured, leaves in priority order.
-    let agg = find(&doc, "clusters", "agg");
-    assert_eq!(agg["status"], "acked");
-    assert_eq!(agg["resource"]["type"], "AGGREGATE");
-    assert_eq!(
-        agg["resource"]["children"],
-        serde_json::json!(["primary", "fallback"])
-    );
-    let r = find(&doc, "route_clusters", "agg");
-    assert_eq!(r["leaves"], serde_json::json!(["primary", "fallback"]));
-    assert_eq!(r["error"], Value::Null);
-    for leaf in ["primary", "fallback"] {
-        assert_eq!(find(&doc, "endpoints", leaf)["status"], "acked");
-    }
+    // (An aggregate resolving to its leaves is tested against
+    // tether-control above; `agg` is here for the NACK test below.)
 
     // A cycle.
     let cycle = "aggregate cluster graph of \"loop-a\" has a cycle: loop-a -> loop-b -> loop-a";
     assert_eq!(find(&doc, "route_clusters", "loop-a")["error"], cycle);
     assert_eq!(find(&doc, "clusters", "loop-b")["status"], "acked");
 
-    // 16 levels resolve; 17 do not, and the 17th level is not even fetched
-    // through that path.
+    // 16 levels resolve (as from tether-control above); 17 do not, and the
+    // 17th level is not even fetched through that path.
     let last = format!("chain-{}", CHAIN - 1);
     assert_eq!(
         find(&doc, "route_clusters", "chain-0")["leaves"],

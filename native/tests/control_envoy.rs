@@ -2,7 +2,10 @@
 //! an ADS cluster pointing at the `tether-control` binary, gets its
 //! listener, routes, clusters and endpoints from it, routes traffic to real
 //! backends with a stateful session cookie, and follows endpoint changes
-//! (add, DRAINING, remove) within a second of the file being rewritten.
+//! (add, DRAINING, remove) within a second of the file being rewritten. It
+//! also fails over through aggregate services on two levels: the primary's
+//! backends, the fallback's when the primary has no healthy endpoint, then
+//! the spare's.
 
 mod control_support;
 
@@ -280,5 +283,143 @@ async fn envoy_follows_tether_control() {
     assert!(log.contains("line 4"), "{log}");
     let (b, _) = backend_of(listener, None).await.expect("still served");
     assert_eq!(b, "b3");
+    drop(envoy);
+}
+
+/// `shop` fails over from the aggregate `web` (primary, then fallback) to
+/// `spare`: two levels of aggregate services.
+fn aggregate_config(
+    listen: u16,
+    primary: &[(SocketAddr, &str)],
+    fallback: &[(SocketAddr, &str)],
+    spare: SocketAddr,
+) -> String {
+    let eps = |list: &[(SocketAddr, &str)]| {
+        list.iter()
+            .map(|(a, h)| format!("      - address: {a}\n        health: {h}\n"))
+            .collect::<String>()
+    };
+    format!(
+        r#"listener:
+  port: {listen}
+virtualhosts:
+  - name: shop
+    domains: ["*"]
+    routes:
+      - services:
+          - name: shop
+services:
+  - name: shop
+    aggregate: [web, spare]
+  - name: web
+    aggregate: [primary, fallback]
+  - name: primary
+    endpoints:
+{p}  - name: fallback
+    endpoints:
+{f}  - name: spare
+    endpoints:
+      - address: {spare}
+"#,
+        p = eps(primary),
+        f = eps(fallback),
+    )
+}
+
+/// The backends that answered `n` requests without a cookie.
+async fn answering(listener: SocketAddr, n: usize) -> HashSet<String> {
+    let mut seen = HashSet::new();
+    for _ in 0..n {
+        match backend_of(listener, None).await {
+            Some((b, _)) => seen.insert(b),
+            None => seen.insert("no answer".to_owned()),
+        };
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_fails_over_through_aggregate_services() {
+    let p1 = HttpBackend::start("p1").await;
+    let p2 = HttpBackend::start("p2").await;
+    let f1 = HttpBackend::start("f1").await;
+    let s1 = HttpBackend::start("s1").await;
+    let port = free_port();
+    let listener: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let write = |control: &Control, p: &str, f: &str| {
+        control.write(&aggregate_config(
+            port,
+            &[(p1.addr(), p), (p2.addr(), p)],
+            &[(f1.addr(), f)],
+            s1.addr(),
+        ))
+    };
+    let control = Control::start(&aggregate_config(
+        port,
+        &[(p1.addr(), "HEALTHY"), (p2.addr(), "HEALTHY")],
+        &[(f1.addr(), "HEALTHY")],
+        s1.addr(),
+    ))
+    .await;
+    let envoy = Envoy::start(&envoy_bootstrap(free_port(), control.addr))
+        .await
+        .expect("envoy starts");
+    let up = tether_testkit::wait_until(Duration::from_secs(20), || async {
+        backend_of(listener, None).await.is_some()
+    })
+    .await;
+    assert!(
+        up,
+        "Envoy did not route through the aggregate\n--- tether-control:\n{}\n--- envoy:\n{}",
+        control.stderr(),
+        envoy.log()
+    );
+    assert!(control.nacks_none(), "{}", control.stderr());
+    let dump = envoy.admin_get("/config_dump").await.unwrap();
+    assert!(
+        dump.contains("envoy.clusters.aggregate"),
+        "no aggregate cluster in Envoy's config dump"
+    );
+
+    // Everything healthy: the primary's backends only, round robin.
+    assert_eq!(
+        answering(listener, 12).await,
+        HashSet::from(["p1".to_owned(), "p2".to_owned()])
+    );
+
+    // No healthy primary endpoint: the fallback.
+    write(&control, "UNHEALTHY", "HEALTHY");
+    let took = within(
+        Duration::from_secs(2),
+        "traffic moves to the fallback",
+        async || answering(listener, 6).await == HashSet::from(["f1".to_owned()]),
+    )
+    .await;
+    eprintln!("failover to the fallback in {took:?}");
+
+    // Neither: one level up, the spare.
+    write(&control, "UNHEALTHY", "UNHEALTHY");
+    let took = within(
+        Duration::from_secs(2),
+        "traffic moves to the spare",
+        async || answering(listener, 6).await == HashSet::from(["s1".to_owned()]),
+    )
+    .await;
+    eprintln!("failover to the spare in {took:?}");
+
+    // The primary back: all traffic returns to it.
+    write(&control, "HEALTHY", "UNHEALTHY");
+    within(
+        Duration::from_secs(2),
+        "traffic returns to the primary",
+        async || {
+            answering(listener, 6)
+                .await
+                .iter()
+                .all(|b| b == "p1" || b == "p2")
+        },
+    )
+    .await;
+    assert!(control.nacks_none(), "{}", control.stderr());
     drop(envoy);
 }

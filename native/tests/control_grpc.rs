@@ -2,7 +2,8 @@
 //! `xds:///` target and a bootstrap pointing at the `tether-control` binary
 //! reaches tonic Echo backends through tether-control's proxyless resources
 //! (ApiListener, routes, clusters, endpoints), and C-core's stateful session
-//! cookie (A55/A60) pins calls to one backend.
+//! cookie (A55/A60) pins calls to one backend. Through aggregate services on
+//! two levels C-core fails over from the primary to the fallback to the spare.
 //!
 //! grpcio is installed with pip into a virtual environment under the target
 //! directory the first time (one download), then reused.
@@ -227,4 +228,139 @@ services:
     }
     t1.abort();
     t2.abort();
+}
+
+/// `shop` fails over from the aggregate `web` (primary, then fallback) to
+/// `spare`, behind a stateful session.
+fn aggregate_yaml(
+    primary: &str,
+    fallback: &str,
+    (p1, p2, f1, s1): (SocketAddr, SocketAddr, SocketAddr, SocketAddr),
+) -> String {
+    format!(
+        r#"virtualhosts:
+  - name: echo.tether.test
+    routes:
+      - services:
+          - name: shop
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
+services:
+  - name: shop
+    aggregate: [web, spare]
+  - name: web
+    aggregate: [primary, fallback]
+  - name: primary
+    protocol: h2c
+    endpoints:
+      - {{ address: "{p1}", health: {primary} }}
+      - {{ address: "{p2}", health: {primary} }}
+  - name: fallback
+    protocol: h2c
+    endpoints:
+      - {{ address: "{f1}", health: {fallback} }}
+  - name: spare
+    protocol: h2c
+    endpoints:
+      - address: "{s1}"
+"#
+    )
+}
+
+/// The `name=value` part of a call's Set-Cookie.
+fn cookie_of(call: &Call) -> String {
+    let set = call
+        .set_cookie
+        .first()
+        .unwrap_or_else(|| panic!("no cookie: {call:?}"));
+    set.split(';').next().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_client_fails_over_through_aggregate_services() {
+    let (p1, t1) = start_backend("primary-1").await;
+    let (p2, t2) = start_backend("primary-2").await;
+    let (f1, t3) = start_backend("fallback").await;
+    let (s1, t4) = start_backend("spare").await;
+    let addrs = (p1, p2, f1, s1);
+    let mut version = 1;
+    let control = Control::start(&aggregate_yaml("HEALTHY", "HEALTHY", addrs)).await;
+    let set = async |control: &Control, version: &mut u32, primary: &str, fallback: &str| {
+        control.write(&aggregate_yaml(primary, fallback, addrs));
+        *version += 1;
+        assert!(
+            control
+                .wait_log(
+                    &format!("serving version {version}"),
+                    Duration::from_secs(5)
+                )
+                .await,
+            "{}",
+            control.stderr()
+        );
+    };
+    let dir = TempDir::new("grpc-aggregate");
+    let bootstrap = dir.0.join("bootstrap.json");
+    std::fs::write(&bootstrap, control.bootstrap_json("grpcio-aggregate")).unwrap();
+    let py = python().await;
+    let target = "xds:///echo.tether.test";
+    let backends =
+        |calls: &[Call]| -> HashSet<String> { calls.iter().map(|c| c.backend.clone()).collect() };
+
+    // C-core accepts the nested aggregate clusters and uses the primary's
+    // backends, round robin.
+    let calls = run_client(&py, &bootstrap, target, 6, None).await;
+    assert_eq!(
+        backends(&calls),
+        HashSet::from(["primary-1".to_owned(), "primary-2".to_owned()]),
+        "{calls:?}"
+    );
+    assert!(control.nacks_none(), "{}", control.stderr());
+    // The session cookie names the route's cluster, the aggregate (A60), and
+    // pins calls to one primary backend.
+    let cookie = cookie_of(&calls[0]);
+    let value = cookie.trim_start_matches("grpc-session=");
+    let decoded = tether_core::cookie::decode(value, &tether_core::KeyRing::empty())
+        .expect("C-core's cookie decodes");
+    assert_eq!(decoded.cookie.cluster.as_deref(), Some("shop/session"));
+    let pinned = run_client(&py, &bootstrap, target, 6, Some(&cookie)).await;
+    assert_eq!(
+        backends(&pinned),
+        HashSet::from([calls[0].backend.clone()]),
+        "{pinned:?}"
+    );
+
+    // No healthy primary endpoint: the fallback, then one level up the spare.
+    set(&control, &mut version, "UNHEALTHY", "HEALTHY").await;
+    let calls = run_client(&py, &bootstrap, target, 4, Some(&cookie)).await;
+    assert_eq!(
+        backends(&calls),
+        HashSet::from(["fallback".to_owned()]),
+        "{calls:?}"
+    );
+    let on_fallback = cookie_of(&calls[0]);
+    set(&control, &mut version, "UNHEALTHY", "UNHEALTHY").await;
+    let calls = run_client(&py, &bootstrap, target, 4, None).await;
+    assert_eq!(
+        backends(&calls),
+        HashSet::from(["spare".to_owned()]),
+        "{calls:?}"
+    );
+
+    // Observed in grpcio 1.85: once the primary is back, a session on the
+    // fallback does not stay there (the session is kept inside the cluster
+    // the aggregate picks, not across its clusters).
+    set(&control, &mut version, "HEALTHY", "HEALTHY").await;
+    let calls = run_client(&py, &bootstrap, target, 4, Some(&on_fallback)).await;
+    assert!(
+        calls.iter().all(|c| c.backend.starts_with("primary-")),
+        "{calls:?}"
+    );
+    assert!(control.nacks_none(), "{}", control.stderr());
+    t1.abort();
+    t2.abort();
+    t3.abort();
+    t4.abort();
 }

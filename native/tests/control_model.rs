@@ -126,34 +126,398 @@ fn parse_errors_name_field_and_line() {
     assert!(e.contains(" at line 4 column 1"), "{e}");
 }
 
+/// `err(yaml)` is `message` followed by the line and column where the
+/// first `needle` starts.
+fn assert_err_at(yaml: &str, message: &str, needle: &str) {
+    let e = err(yaml);
+    let at = yaml.find(needle).unwrap();
+    let line = yaml[..at].matches('\n').count() + 1;
+    let column = at - yaml[..at].rfind('\n').map_or(0, |n| n + 1) + 1;
+    assert_eq!(e, format!("{message} at line {line} column {column}"));
+}
+
 #[test]
-fn validation_errors_name_the_field() {
-    assert_eq!(
-        err(&BASE.replace("          - name: api\n", "          - name: apx\n")),
-        "virtualhosts[0].routes[1].services[0].name: \"apx\" is not a service defined in services"
+fn validation_errors_name_the_field_and_line() {
+    assert_err_at(
+        &BASE.replace("          - name: api\n", "          - name: apx\n"),
+        "virtualhosts[0].routes[1].services[0].name: \"apx\" is not a service defined in services",
+        "apx",
     );
-    assert_eq!(
-        err(&BASE.replace("        priority: 1\n", "        priority: 2\n")),
-        "services[0].endpoints: [0, 2] priorities must be contiguous from 0"
+    // A field that is a mapping or a list points at its first entry.
+    assert_err_at(
+        &BASE.replace("        priority: 1\n", "        priority: 2\n"),
+        "services[0].endpoints: [0, 2] priorities must be contiguous from 0",
+        "- address: 127.0.0.1:8001",
     );
-    assert_eq!(
-        err(&BASE.replace("          strategy: Session\n", "          strategy: RoundRobin\n")),
-        "virtualhosts[0].routes[2].loadBalancerPolicy.session: \"RoundRobin\" is only used with strategy Session"
+    assert_err_at(
+        &BASE.replace("          strategy: Session\n", "          strategy: RoundRobin\n"),
+        "virtualhosts[0].routes[2].loadBalancerPolicy.session: \"RoundRobin\" is only used with strategy Session",
+        "cookie: { name: s",
     );
     let no_policies = BASE.replace(
         "          requestHashPolicies:\n            - headerHashOptions: { headerName: X-User }\n              terminal: true\n            - hashSourceIP: true\n",
         "",
     );
+    // Not written at all: no line to name.
     assert_eq!(
         err(&no_policies),
         "virtualhosts[0].routes[1].loadBalancerPolicy.requestHashPolicies: \"[]\" must not be empty with strategy RequestHash"
     );
-    assert_eq!(
-        err(&BASE.replace(
+    assert_err_at(
+        &BASE.replace(
             "  - name: api\n    endpoints:",
-            "  - name: web\n    endpoints:"
+            "  - name: web\n    endpoints:",
+        ),
+        "services[1].name: \"web\" is defined twice",
+        "web\n    endpoints:\n      - address: \"[::1]",
+    );
+}
+
+// ---- Aggregate services. ----
+
+/// `shop` fails over from the aggregate `web` (primary, then fallback) to
+/// `spare`; the session route reaches every leaf through two levels.
+const AGG: &str = r#"listener:
+  port: 10000
+virtualhosts:
+  - name: shop
+    routes:
+      - conditions: [{ prefix: /s }]
+        services:
+          - name: shop
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: { name: s, path: / }
+            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
+            idleTimeout: 600s
+      - services:
+          - name: web
+services:
+  - name: shop
+    aggregate: [web, spare]
+  - name: web
+    aggregate: [primary, fallback]
+  - name: primary
+    protocol: h2c
+    endpoints:
+      - address: 127.0.0.1:8001
+      - address: 127.0.0.1:8002
+        priority: 1
+  - name: fallback
+    endpoints:
+      - address: 127.0.0.1:8003
+        health: DRAINING
+  - name: spare
+    endpoints:
+      - address: 127.0.0.1:8004
+"#;
+
+fn names<'a>(
+    list: impl IntoIterator<Item = &'a tether::control::model::ServiceSpec>,
+) -> Vec<&'a str> {
+    list.into_iter().map(|s| s.name.as_str()).collect()
+}
+
+#[test]
+fn aggregate_services_resolve_to_their_leaves() {
+    let c = Config::parse(AGG).unwrap();
+    let shop = c.service("shop").unwrap();
+    assert!(shop.is_aggregate());
+    assert_eq!(shop.children(), ["web", "spare"]);
+    assert!(!c.service("primary").unwrap().is_aggregate());
+    assert_eq!(
+        names(c.closure("shop")),
+        ["shop", "web", "primary", "fallback", "spare"]
+    );
+    assert_eq!(names(c.leaves("shop")), ["primary", "fallback", "spare"]);
+    assert_eq!(names(c.leaves("primary")), ["primary"]);
+    // A diamond counts each leaf once, at its first place.
+    let diamond = AGG.replace(
+        "aggregate: [web, spare]",
+        "aggregate: [web, primary, spare]",
+    );
+    let c = Config::parse(&diamond).unwrap();
+    assert_eq!(names(c.leaves("shop")), ["primary", "fallback", "spare"]);
+}
+
+fn aggregate_of(
+    t: &tether::control::Translated,
+    flavor: Flavor,
+    name: &str,
+) -> (cpb::Cluster, Vec<String>) {
+    use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig;
+    let any = &t.for_flavor(flavor)[&ResourceKind::Cluster][name];
+    let c = cpb::Cluster::decode(any.value.as_slice()).unwrap();
+    let Some(cpb::cluster::ClusterDiscoveryType::ClusterType(ct)) = &c.cluster_discovery_type
+    else {
+        panic!("{name} is not a custom cluster type: {c:?}")
+    };
+    assert_eq!(ct.name, "envoy.clusters.aggregate");
+    let cfg = ClusterConfig::decode(ct.typed_config.as_ref().unwrap().value.as_slice()).unwrap();
+    (c, cfg.clusters)
+}
+
+#[test]
+fn aggregate_services_translate_for_envoy_and_proxyless() {
+    let t = translate(&Config::parse(AGG).unwrap());
+    // Every service's round robin cluster; the session route's cluster and,
+    // below it, each service's session cluster.
+    let clusters: Vec<_> = t.envoy[&ResourceKind::Cluster].keys().cloned().collect();
+    assert_eq!(
+        clusters,
+        [
+            "fallback",
+            "fallback/session",
+            "primary",
+            "primary/session",
+            "shop",
+            "shop/session",
+            "spare",
+            "spare/session",
+            "web",
+            "web/session"
+        ]
+    );
+    assert_eq!(
+        t.proxyless[&ResourceKind::Cluster]
+            .keys()
+            .collect::<Vec<_>>(),
+        clusters.iter().collect::<Vec<_>>()
+    );
+    // Proxyless: the aggregates as written, two levels; gRPC ignores the
+    // aggregate's policy (A75), so it is left at the default.
+    let (p, children) = aggregate_of(&t, Flavor::Proxyless, "shop/session");
+    assert_eq!(children, ["web/session", "spare/session"]);
+    assert_eq!(p.lb_policy, cpb::cluster::LbPolicy::RoundRobin as i32);
+    assert!(p.eds_cluster_config.is_none() && p.common_lb_config.is_none());
+    assert!(p.upstream_config.is_none());
+    let (_, children) = aggregate_of(&t, Flavor::Proxyless, "web/session");
+    assert_eq!(children, ["primary/session", "fallback/session"]);
+    let (_, children) = aggregate_of(&t, Flavor::Proxyless, "web");
+    assert_eq!(children, ["primary", "fallback"]);
+    // Envoy: CLUSTER_PROVIDED, flattened to the leaves in priority order.
+    let (e, children) = aggregate_of(&t, Flavor::Envoy, "shop/session");
+    assert_eq!(
+        children,
+        ["primary/session", "fallback/session", "spare/session"]
+    );
+    assert_eq!(e.lb_policy, cpb::cluster::LbPolicy::ClusterProvided as i32);
+    assert!(e.typed_extension_protocol_options.is_empty());
+    let (_, children) = aggregate_of(&t, Flavor::Envoy, "web/session");
+    assert_eq!(children, ["primary/session", "fallback/session"]);
+    // The leaves keep the route's session settings and their own protocol.
+    for flavor in [Flavor::Envoy, Flavor::Proxyless] {
+        for leaf in ["primary/session", "fallback/session", "spare/session"] {
+            let any = &t.for_flavor(flavor)[&ResourceKind::Cluster][leaf];
+            let c = cpb::Cluster::decode(any.value.as_slice()).unwrap();
+            let statuses = &c.common_lb_config.as_ref().unwrap().override_host_status;
+            assert_eq!(statuses.as_ref().unwrap().statuses, [0, 1, 3], "{leaf}");
+            assert_eq!(
+                c.upstream_config.is_some(),
+                flavor == Flavor::Proxyless,
+                "{leaf}"
+            );
+        }
+    }
+    let primary = cpb::Cluster::decode(
+        t.envoy[&ResourceKind::Cluster]["primary/session"]
+            .value
+            .as_slice(),
+    )
+    .unwrap();
+    assert!(!primary.typed_extension_protocol_options.is_empty());
+    // The routes name the aggregates' clusters.
+    let rc = rpb::RouteConfiguration::decode(
+        t.envoy[&ResourceKind::RouteConfiguration]["tether-routes"]
+            .value
+            .as_slice(),
+    )
+    .unwrap();
+    let cluster_of = |i: usize| match &rc.virtual_hosts[0].routes[i].action {
+        Some(rpb::route::Action::Route(a)) => format!("{:?}", a.cluster_specifier),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        cluster_of(0).contains("\"shop/session\""),
+        "{}",
+        cluster_of(0)
+    );
+    assert!(cluster_of(1).contains("\"web\""), "{}", cluster_of(1));
+    // Endpoints only for services with endpoints.
+    let eds: Vec<_> = t.envoy[&ResourceKind::Endpoints].keys().cloned().collect();
+    assert_eq!(eds, ["fallback", "primary", "spare"]);
+    // Every proxyless resource passes tether's (gRPC's) validation; the
+    // aggregate is read back as one.
+    for (kind, resources) in &t.proxyless {
+        for (name, any) in resources {
+            if let Err(e) = decode(*kind, any).result {
+                panic!("{kind} {name}: {e}");
+            }
+        }
+    }
+    let Ok(tether::xds::Resource::Cluster(c)) = decode(
+        ResourceKind::Cluster,
+        &t.proxyless[&ResourceKind::Cluster]["shop/session"],
+    )
+    .result
+    else {
+        panic!()
+    };
+    assert_eq!(
+        c.discovery,
+        tether::xds::resource::cluster::Discovery::Aggregate {
+            clusters: vec!["web/session".into(), "spare/session".into()]
+        }
+    );
+}
+
+#[test]
+fn aggregate_errors_name_the_field_value_and_line() {
+    let shop = "aggregate: [web, spare]";
+    let with = |list: &str| AGG.replace(shop, &format!("aggregate: {list}"));
+    assert_err_at(
+        &with("[web, spores]"),
+        "services[0].aggregate[1]: \"spores\" is not a service defined in services",
+        "spores",
+    );
+    assert_err_at(
+        &with("[web, shop]"),
+        "services[0].aggregate[1]: \"shop\" is the aggregate service itself",
+        "shop]",
+    );
+    assert_err_at(
+        &with("[web, spare, web]"),
+        "services[0].aggregate[2]: \"web\" is listed twice",
+        "web]",
+    );
+    assert_err_at(
+        &with("[]"),
+        "services[0].aggregate: \"[]\" must name at least one service",
+        "[]",
+    );
+    // A cycle between aggregates, named at the entry that closes it.
+    let cycle = AGG.replace(
+        "aggregate: [primary, fallback]",
+        "aggregate: [primary, shop]",
+    );
+    assert_err_at(
+        &cycle,
+        "services[1].aggregate[1]: \"shop\" closes a cycle: shop -> web -> shop",
+        "shop]",
+    );
+    // An aggregate has nothing of its own to balance.
+    let own = AGG.replace(
+        "    aggregate: [web, spare]\n",
+        "    aggregate: [web, spare]\n    endpoints:\n      - address: 127.0.0.1:9000\n",
+    );
+    assert_err_at(
+        &own,
+        "services[0].endpoints: [\"127.0.0.1:9000\"] must be empty in an aggregate service: endpoints belong to the services it aggregates",
+        "- address: 127.0.0.1:9000",
+    );
+    let own = AGG.replace(
+        "    aggregate: [web, spare]\n",
+        "    aggregate: [web, spare]\n    localityWeights: { us/a: 2 }\n",
+    );
+    assert_err_at(
+        &own,
+        "services[0].localityWeights.us/a: \"us/a\" is not used by an aggregate service: set it on the services it aggregates",
+        "2 }",
+    );
+    let own = AGG.replace(
+        "    aggregate: [web, spare]\n",
+        "    aggregate: [web, spare]\n    protocol: h2c\n",
+    );
+    assert_err_at(
+        &own,
+        "services[0].protocol: \"h2c\" is not used by an aggregate service: set it on the services it aggregates",
+        "h2c\n  - name: web",
+    );
+    // A service reached through an aggregate and directly must get one set
+    // of session settings.
+    let direct = AGG.replace(
+        "      - services:\n          - name: web\n",
+        "      - services:\n          - name: spare\n        loadBalancerPolicy:\n          strategy: Session\n          session: { cookie: { name: t, path: / } }\n",
+    );
+    assert_err_at(
+        &direct,
+        "virtualhosts[0].routes[1].loadBalancerPolicy.session: \"spare\" asks for other overrideHostStatus/idleTimeout on this service than virtualhosts[0].routes[0].loadBalancerPolicy.session",
+        "{ cookie: { name: t",
+    );
+}
+
+/// Services `top` → `c0` → … → `c<n-2>` (with endpoints): `n` clusters deep.
+fn chain(n: usize) -> String {
+    let mut yaml = String::from("services:\n  - name: top\n    aggregate: [c0]\n");
+    for i in 0..n - 2 {
+        yaml.push_str(&format!("  - name: c{i}\n    aggregate: [c{}]\n", i + 1));
+    }
+    yaml.push_str(&format!(
+        "  - name: c{}\n    endpoints: [{{ address: 127.0.0.1:80 }}]\n",
+        n - 2
+    ));
+    yaml
+}
+
+#[test]
+fn aggregate_chains_stop_where_grpc_stops() {
+    // 16 clusters: what gRPC (and `tether xds dump`) resolve.
+    let c = Config::parse(&chain(16)).unwrap();
+    assert_eq!(names(c.leaves("top")), ["c14"]);
+    // 17: refused, the longest chain named from its top.
+    assert_err_at(
+        &chain(17),
+        "services[0].aggregate[0]: \"c0\" makes a chain of 17 clusters (top -> c0 -> ... -> c14 -> c15); gRPC follows at most 16",
+        "c0]",
+    );
+    // Long graphs are walked without recursion.
+    assert!(err(&chain(20_000)).contains("makes a chain of 20000 clusters"));
+}
+
+#[test]
+fn tether_control_refuses_to_start_on_a_cycle() {
+    let dir = std::env::temp_dir().join(format!("tether-cycle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tether.yaml");
+    let cycle = AGG.replace(
+        "aggregate: [primary, fallback]",
+        "aggregate: [primary, shop]",
+    );
+    std::fs::write(&path, &cycle).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tether-control"))
+        .arg("--config")
+        .arg(&path)
+        .args(["--listen", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It must exit by itself; killed after 10 s otherwise.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let status = status.expect("tether-control kept running on a file with a cycle");
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    let line = line_of(&cycle, "[primary, shop]");
+    assert!(
+        stderr.contains(&format!(
+            "tether.yaml: services[1].aggregate[1]: \"shop\" closes a cycle: shop -> web -> shop at line {line} column"
         )),
-        "services[1].name: \"web\" is defined twice"
+        "{stderr}"
     );
 }
 
@@ -285,6 +649,25 @@ fn reload_keeps_the_last_good_snapshot() {
         Reload::Unchanged,
         "a bad file is reported once"
     );
+    // A cycle between aggregate services: rejected with its field and line.
+    let cycle = AGG.replace(
+        "aggregate: [primary, fallback]",
+        "aggregate: [primary, shop]",
+    );
+    std::fs::write(&path, &cycle).unwrap();
+    let Reload::Rejected(e) = reloader.reload() else {
+        panic!("accepted a cycle")
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains("tether.yaml: services[1].aggregate[1]: \"shop\" closes a cycle")
+            && msg.contains(&format!(
+                " at line {} column",
+                line_of(&cycle, "[primary, shop]")
+            )),
+        "{msg}"
+    );
+    assert_eq!(plane.snapshot().version, 1);
     // A good change: version 2. Same resources again (a comment): still 2.
     std::fs::write(&path, BASE.replace("127.0.0.1:8001", "127.0.0.1:8003")).unwrap();
     assert_eq!(reloader.reload(), Reload::Published(2));

@@ -2,11 +2,14 @@
 //! hosts with routes, and per-route affinity in Contour's vocabulary
 //! (`loadBalancerPolicy.strategy`: `RoundRobin`, `Random`, `Cookie`,
 //! `RequestHash` with `requestHashPolicies`, or `Session` for a stateful
-//! session cookie). See `CONTROL.md` for the format with an example.
+//! session cookie), and aggregate services that fail over between other
+//! services (`aggregate: [primary, fallback]`). See `CONTROL.md` for the
+//! format with an example.
 //!
 //! Parsing rejects unknown fields and bad values with the field's path, line
 //! and column; [`Config::validate`] then checks what crosses fields (service
-//! references, strategy settings) and names the field's path.
+//! references, strategy settings, the aggregate graph) and names the field's
+//! path, to which [`Config::parse`] adds the line and column.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -32,7 +35,19 @@ pub enum ModelError {
         value: String,
         /// What is wrong.
         problem: String,
+        /// Where the field is in the file, when the error came from
+        /// [`Config::parse`] and the field could be found in the text.
+        location: Option<Location>,
     },
+}
+
+/// A position in the file, 1-based.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// Line.
+    pub line: usize,
+    /// Column.
+    pub column: usize,
 }
 
 impl ModelError {
@@ -45,6 +60,15 @@ impl ModelError {
             field: field.into(),
             value: format!("{value:?}"),
             problem: problem.into(),
+            location: None,
+        }
+    }
+
+    /// Where in the file the error is, if known.
+    pub fn location(&self) -> Option<Location> {
+        match self {
+            ModelError::Parse(_) => None,
+            ModelError::Invalid { location, .. } => *location,
         }
     }
 }
@@ -57,7 +81,15 @@ impl fmt::Display for ModelError {
                 field,
                 value,
                 problem,
-            } => write!(f, "{field}: {value} {problem}"),
+                location,
+            } => {
+                write!(f, "{field}: {value} {problem}")?;
+                // The same suffix the parser puts on syntax and type errors.
+                if let Some(l) = location {
+                    write!(f, " at line {} column {}", l.line, l.column)?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -399,6 +431,25 @@ pub struct ServiceSpec {
     /// Endpoints.
     #[serde(default)]
     pub endpoints: Vec<EndpointSpec>,
+    /// Makes this an aggregate service (gRFC A75, Envoy's
+    /// `envoy.clusters.aggregate`): the services it fails over between, the
+    /// first preferred while it has healthy endpoints. An aggregate service
+    /// has no endpoints, locality weights or protocol of its own.
+    #[serde(default)]
+    pub aggregate: Option<Vec<String>>,
+}
+
+impl ServiceSpec {
+    /// Whether this is an aggregate service.
+    pub fn is_aggregate(&self) -> bool {
+        self.aggregate.is_some()
+    }
+
+    /// The services an aggregate service names, in priority order (none for
+    /// a service with endpoints).
+    pub fn children(&self) -> &[String] {
+        self.aggregate.as_deref().unwrap_or(&[])
+    }
 }
 
 /// An endpoint.
@@ -451,7 +502,15 @@ impl Config {
     pub fn parse(text: &str) -> Result<Config, ModelError> {
         let config: Config =
             serde_yaml_ng::from_str(text).map_err(|e| ModelError::Parse(e.to_string()))?;
-        config.validate()?;
+        config.validate().map_err(|mut e| {
+            if let ModelError::Invalid {
+                field, location, ..
+            } = &mut e
+            {
+                *location = locate(text, field);
+            }
+            e
+        })?;
         Ok(config)
     }
 
@@ -526,6 +585,7 @@ impl Config {
                 }
             }
         }
+        self.validate_aggregates()?;
         let mut vhosts = HashSet::new();
         // Per service: the session settings and the route that set them.
         let mut session_settings: BTreeMap<&str, (SessionClusterSettings, String)> =
@@ -634,7 +694,9 @@ impl Config {
                     }
                     (Strategy::Session, Some(s)) => {
                         let settings = s.cluster_settings();
-                        for svc in &r.services {
+                        // An aggregate's services get the settings too: their
+                        // `<service>/session` clusters are the ones that pin.
+                        for svc in r.services.iter().flat_map(|s| self.closure(&s.name)) {
                             match session_settings.get(svc.name.as_str()) {
                                 Some((other, at_other)) if *other != settings => {
                                     return Err(ModelError::invalid(
@@ -670,6 +732,338 @@ impl Config {
     /// The service named `name`.
     pub fn service(&self, name: &str) -> Option<&ServiceSpec> {
         self.services.iter().find(|s| s.name == name)
+    }
+
+    /// The service named `name` and, for an aggregate, every service below
+    /// it, each once, depth first in priority order. Unknown names are
+    /// skipped and a cycle is not followed twice, so this ends on any model.
+    pub fn closure(&self, name: &str) -> Vec<&ServiceSpec> {
+        let Some(first) = self.service(name) else {
+            return Vec::new();
+        };
+        if !first.is_aggregate() {
+            return vec![first];
+        }
+        let by_name: BTreeMap<&str, &ServiceSpec> =
+            self.services.iter().map(|s| (s.name.as_str(), s)).collect();
+        let mut out: Vec<&ServiceSpec> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut stack = vec![name];
+        while let Some(n) = stack.pop() {
+            let Some(s) = by_name.get(n) else { continue };
+            if !seen.insert(n) {
+                continue;
+            }
+            out.push(s);
+            stack.extend(s.children().iter().rev().map(String::as_str));
+        }
+        out
+    }
+
+    /// The services with endpoints an aggregate resolves to, in priority
+    /// order, each once (the service itself when it is not an aggregate).
+    pub fn leaves(&self, name: &str) -> Vec<&ServiceSpec> {
+        self.closure(name)
+            .into_iter()
+            .filter(|s| !s.is_aggregate())
+            .collect()
+    }
+
+    /// Aggregate services: each names at least one other defined service,
+    /// once; none has endpoints of its own; the graph has no cycle and no
+    /// chain longer than [`MAX_AGGREGATE_DEPTH`] clusters.
+    fn validate_aggregates(&self) -> Result<(), ModelError> {
+        let index: BTreeMap<&str, usize> = self
+            .services
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), i))
+            .collect();
+        for (i, s) in self.services.iter().enumerate() {
+            let Some(children) = &s.aggregate else {
+                continue;
+            };
+            let at = format!("services[{i}]");
+            if children.is_empty() {
+                return Err(ModelError::invalid(
+                    format!("{at}.aggregate"),
+                    "[]",
+                    "must name at least one service",
+                ));
+            }
+            if !s.endpoints.is_empty() {
+                return Err(ModelError::invalid(
+                    format!("{at}.endpoints"),
+                    s.endpoints
+                        .iter()
+                        .map(|e| e.address.to_string())
+                        .collect::<Vec<_>>(),
+                    "must be empty in an aggregate service: endpoints belong to the services it aggregates",
+                ));
+            }
+            if let Some(k) = s.locality_weights.keys().next() {
+                return Err(ModelError::invalid(
+                    format!("{at}.localityWeights.{k}"),
+                    k,
+                    "is not used by an aggregate service: set it on the services it aggregates",
+                ));
+            }
+            if s.protocol != Protocol::Http1 {
+                return Err(ModelError::invalid(
+                    format!("{at}.protocol"),
+                    "h2c",
+                    "is not used by an aggregate service: set it on the services it aggregates",
+                ));
+            }
+            for (j, c) in children.iter().enumerate() {
+                let cat = format!("{at}.aggregate[{j}]");
+                if *c == s.name {
+                    return Err(ModelError::invalid(
+                        cat,
+                        c,
+                        "is the aggregate service itself",
+                    ));
+                }
+                if !index.contains_key(c.as_str()) {
+                    return Err(ModelError::invalid(
+                        cat,
+                        c,
+                        "is not a service defined in services",
+                    ));
+                }
+                if children[..j].contains(c) {
+                    return Err(ModelError::invalid(cat, c, "is listed twice"));
+                }
+            }
+        }
+        let height = self.aggregate_heights(&index)?;
+        // Report the tallest chain, from its top, so the message shows it all.
+        let tallest = (0..self.services.len())
+            .filter(|&i| height[i] > MAX_AGGREGATE_DEPTH)
+            .max_by_key(|&i| (height[i], std::cmp::Reverse(i)));
+        if let Some(top) = tallest {
+            let mut chain = vec![top];
+            while let Some(next) = self.services[chain[chain.len() - 1]]
+                .children()
+                .iter()
+                .filter_map(|c| index.get(c.as_str()).copied())
+                .max_by_key(|&c| (height[c], std::cmp::Reverse(c)))
+            {
+                chain.push(next);
+            }
+            let first = &self.services[chain[1]].name;
+            let j = self.services[top]
+                .children()
+                .iter()
+                .position(|c| c == first)
+                .unwrap_or(0);
+            return Err(ModelError::invalid(
+                format!("services[{top}].aggregate[{j}]"),
+                first,
+                format!(
+                    "makes a chain of {} clusters ({}); gRPC follows at most {MAX_AGGREGATE_DEPTH}",
+                    height[top],
+                    abbreviate(chain.iter().map(|&k| self.services[k].name.as_str()))
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// For each service, the number of clusters on its longest chain down
+    /// to a service with endpoints (1 for one with endpoints), found
+    /// without recursion; a cycle is an error at the entry that closes it.
+    fn aggregate_heights(&self, index: &BTreeMap<&str, usize>) -> Result<Vec<usize>, ModelError> {
+        const NEW: usize = 0;
+        const OPEN: usize = usize::MAX;
+        // NEW, OPEN (on the current path) or the height once known.
+        let mut height = vec![NEW; self.services.len()];
+        for root in 0..self.services.len() {
+            if height[root] != NEW {
+                continue;
+            }
+            // (service, index of the next child to look at)
+            let mut path: Vec<(usize, usize)> = vec![(root, 0)];
+            height[root] = OPEN;
+            while let Some(&mut (node, ref mut next)) = path.last_mut() {
+                let children = self.services[node].children();
+                let Some(child) = children.get(*next) else {
+                    let below = children
+                        .iter()
+                        .filter_map(|c| index.get(c.as_str()))
+                        .map(|&c| height[c])
+                        .max()
+                        .unwrap_or(0);
+                    height[node] = below.saturating_add(1);
+                    path.pop();
+                    continue;
+                };
+                let j = *next;
+                *next += 1;
+                let Some(&c) = index.get(child.as_str()) else {
+                    continue;
+                };
+                match height[c] {
+                    NEW => {
+                        height[c] = OPEN;
+                        path.push((c, 0));
+                    }
+                    OPEN => {
+                        let from = path.iter().position(|&(p, _)| p == c).unwrap_or(0);
+                        let cycle = path[from..]
+                            .iter()
+                            .map(|&(p, _)| self.services[p].name.as_str())
+                            .chain(std::iter::once(child.as_str()))
+                            .collect::<Vec<_>>()
+                            .join(" -> ");
+                        return Err(ModelError::invalid(
+                            format!("services[{node}].aggregate[{j}]"),
+                            child,
+                            format!("closes a cycle: {cycle}"),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(height)
+    }
+}
+
+/// How many clusters deep gRPC follows an aggregate graph: the route's
+/// cluster and 15 levels below it (`tether xds dump` uses the same limit).
+pub const MAX_AGGREGATE_DEPTH: usize = 16;
+
+/// `a -> b -> c`, with the middle left out of a long chain.
+fn abbreviate<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.collect();
+    if names.len() <= 6 {
+        return names.join(" -> ");
+    }
+    format!(
+        "{} -> {} -> ... -> {} -> {}",
+        names[0],
+        names[1],
+        names[names.len() - 2],
+        names[names.len() - 1]
+    )
+}
+
+/// Finds `field` (a path such as `services[2].aggregate[1]`, as the
+/// validation errors name fields) in the YAML text: a second walk over the
+/// text that stops with an error at that node, whose mark the parser
+/// gives. `None` when the path is not in the text.
+fn locate(text: &str, field: &str) -> Option<Location> {
+    let path = field_path(field)?;
+    let de = serde_yaml_ng::Deserializer::from_str(text);
+    let e = serde::de::DeserializeSeed::deserialize(Walk(&path), de).err()?;
+    if !e.to_string().contains(FOUND) {
+        return None;
+    }
+    e.location().map(|l| Location {
+        line: l.line(),
+        column: l.column(),
+    })
+}
+
+/// One step of a field path.
+#[derive(Debug, PartialEq)]
+enum Step<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn field_path(field: &str) -> Option<Vec<Step<'_>>> {
+    let mut out = Vec::new();
+    for part in field.split('.') {
+        let (key, mut rest) = part.split_once('[').map_or((part, ""), |(k, r)| (k, r));
+        if !key.is_empty() {
+            out.push(Step::Key(key));
+        }
+        while !rest.is_empty() {
+            let (n, after) = rest.split_once(']')?;
+            out.push(Step::Index(n.parse().ok()?));
+            rest = after.strip_prefix('[').unwrap_or(after);
+        }
+    }
+    Some(out)
+}
+
+/// Marks the error [`Walk`] raises at the node it looks for.
+const FOUND: &str = "the field looked for";
+
+/// Walks a YAML document along a path; fails at its end.
+struct Walk<'p, 'a>(&'p [Step<'a>]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Walk<'_, '_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if self.0.is_empty() {
+            // Every visit fails (`expecting` is FOUND), at this node's mark.
+            d.deserialize_any(Found)
+        } else {
+            d.deserialize_any(self)
+        }
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Walk<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML node")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<serde_yaml_ng::Value>()? {
+            match self.0.first() {
+                Some(Step::Key(k)) if key.as_str() == Some(k) => {
+                    map.next_value_seed(Walk(&self.0[1..]))?
+                }
+                _ => map.next_value::<serde::de::IgnoredAny>().map(drop)?,
+            }
+        }
+        Ok(())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        loop {
+            let more = match self.0.first() {
+                Some(Step::Index(n)) if *n == i => seq.next_element_seed(Walk(&self.0[1..]))?,
+                _ => seq.next_element::<serde::de::IgnoredAny>()?.map(drop),
+            };
+            if more.is_none() {
+                return Ok(());
+            }
+            i += 1;
+        }
+    }
+    // A scalar where the path goes on: the path is not in this file.
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
+/// Rejects whatever node it is given.
+struct Found;
+
+impl serde::de::Visitor<'_> for Found {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(FOUND)
     }
 }
 

@@ -12,6 +12,16 @@
 //! route uses has a cluster: `<service>` for round robin, `<service>/random`,
 //! `<service>/ring-hash` for `Cookie` and `RequestHash`, `<service>/session`
 //! for `Session` (with `override_host_status`).
+//!
+//! An aggregate service has no endpoints; its cluster for a strategy is an
+//! `envoy.clusters.aggregate` cluster over its services' clusters for the
+//! same strategy (`agg/session` → `primary/session`, `fallback/session`), so
+//! each underlying cluster keeps the policy and session settings the route
+//! asked for: both Envoy and gRPC (A75) balance inside the underlying
+//! cluster with its own policy. Proxyless clients get the aggregates as
+//! written, nested ones included (gRPC flattens them itself); Envoy gets
+//! each aggregate flattened to its leaf clusters in the same order, because
+//! Envoy 1.40 sees an aggregate child as a cluster without hosts and skips it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -21,6 +31,7 @@ use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::envoy::config::endpoint::v3 as epb;
 use envoy_types::pb::envoy::config::listener::v3 as lpb;
 use envoy_types::pb::envoy::config::route::v3 as rpb;
+use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig as AggregateConfig;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::http::stateful_session::v3 as sspb;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
@@ -43,6 +54,8 @@ pub const SESSION_FILTER: &str = "envoy.filters.http.stateful_session";
 pub const ROUTE_CONFIG: &str = "tether-routes";
 /// The cookie Contour's `Cookie` strategy hashes on.
 pub const AFFINITY_COOKIE: &str = "X-Contour-Session-Affinity";
+/// The custom cluster type of aggregate clusters.
+pub const AGGREGATE_CLUSTER: &str = "envoy.clusters.aggregate";
 
 /// Which kind of client a set of resources is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -190,7 +203,9 @@ pub fn translate(config: &Config) -> Translated {
     }
     for r in config.virtualhosts.iter().flat_map(|v| &v.routes) {
         let p = &r.load_balancer_policy;
-        for s in &r.services {
+        // An aggregate's cluster needs its services' clusters for the same
+        // strategy, all the way down.
+        for s in r.services.iter().flat_map(|s| config.closure(&s.name)) {
             let settings = p.session.as_ref().map(|s| s.cluster_settings());
             wanted.insert((s.name.clone(), p.strategy), settings);
         }
@@ -200,7 +215,7 @@ pub fn translate(config: &Config) -> Translated {
             continue;
         };
         for flavor in [Flavor::Envoy, Flavor::Proxyless] {
-            let c = cluster(spec, *strategy, settings.as_ref(), flavor);
+            let c = cluster(config, spec, *strategy, settings.as_ref(), flavor);
             let target = match flavor {
                 Flavor::Envoy => &mut out.envoy,
                 Flavor::Proxyless => &mut out.proxyless,
@@ -212,8 +227,8 @@ pub fn translate(config: &Config) -> Translated {
         }
     }
 
-    // Endpoints: shared.
-    for s in &config.services {
+    // Endpoints: shared; an aggregate has none.
+    for s in config.services.iter().filter(|s| !s.is_aggregate()) {
         let cla = pack(&load_assignment(s));
         for r in [&mut out.envoy, &mut out.proxyless] {
             r.entry(ResourceKind::Endpoints)
@@ -426,12 +441,16 @@ fn route(r: &RouteSpec) -> rpb::Route {
 }
 
 fn cluster(
+    config: &Config,
     spec: &ServiceSpec,
     strategy: Strategy,
     session: Option<&SessionClusterSettings>,
     flavor: Flavor,
 ) -> cpb::Cluster {
     use cpb::cluster::LbPolicy;
+    if spec.is_aggregate() {
+        return aggregate_cluster(config, spec, strategy, flavor);
+    }
     let mut c = cpb::Cluster {
         name: cluster_name(&spec.name, strategy),
         cluster_discovery_type: Some(cpb::cluster::ClusterDiscoveryType::Type(
@@ -501,6 +520,49 @@ fn cluster(
         );
     }
     c
+}
+
+/// An aggregate cluster over the service's services' clusters for
+/// `strategy` (for Envoy: its leaf services' clusters). Session settings
+/// stay on those clusters: that is where both Envoy and gRPC (A75) apply
+/// them.
+fn aggregate_cluster(
+    config: &Config,
+    spec: &ServiceSpec,
+    strategy: Strategy,
+    flavor: Flavor,
+) -> cpb::Cluster {
+    use cpb::cluster::LbPolicy;
+    let clusters = match flavor {
+        Flavor::Proxyless => spec
+            .children()
+            .iter()
+            .map(|c| cluster_name(c, strategy))
+            .collect(),
+        Flavor::Envoy => config
+            .leaves(&spec.name)
+            .iter()
+            .map(|c| cluster_name(&c.name, strategy))
+            .collect(),
+    };
+    let typed = AggregateConfig { clusters };
+    cpb::Cluster {
+        name: cluster_name(&spec.name, strategy),
+        cluster_discovery_type: Some(cpb::cluster::ClusterDiscoveryType::ClusterType(
+            cpb::cluster::CustomClusterType {
+                name: AGGREGATE_CLUSTER.to_owned(),
+                typed_config: Some(pack(&typed)),
+            },
+        )),
+        // Envoy requires CLUSTER_PROVIDED here. gRPC ignores an aggregate's
+        // policy (A75) and tether's XdsClient NACKs CLUSTER_PROVIDED, so
+        // proxyless clients get the default.
+        lb_policy: match flavor {
+            Flavor::Envoy => LbPolicy::ClusterProvided as i32,
+            Flavor::Proxyless => LbPolicy::RoundRobin as i32,
+        },
+        ..Default::default()
+    }
 }
 
 fn load_assignment(spec: &ServiceSpec) -> epb::ClusterLoadAssignment {

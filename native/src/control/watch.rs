@@ -1,7 +1,7 @@
 //! Reloading the configuration file: on every change of its content (checked
 //! every poll interval) and on SIGHUP. A file that does not parse or validate
-//! is rejected with an error naming the field (and line, for syntax and
-//! type errors); the last good snapshot keeps being served.
+//! is rejected with an error naming the field and, where the field is
+//! written in the file, its line; the last good snapshot keeps being served.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
