@@ -19,7 +19,7 @@
 //!   adapter does not know which host served (Envoy does the former: it pins
 //!   clients to a dead host; tether does not).
 
-use alloc::string::{String, ToString};
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::net::SocketAddr;
 
@@ -98,7 +98,7 @@ impl Lookup {
 
     /// The value for Envoy's `override_host` header: `ip:port[,ip:port...]`.
     pub fn override_header_value(&self) -> Option<String> {
-        self.addresses().map(ToString::to_string)
+        self.addresses().map(AddressList::to_text)
     }
 }
 
@@ -224,11 +224,29 @@ impl Session {
 
     /// The response-side decision at `now` (epoch seconds).
     pub fn respond(&self, lookup: &Lookup, served: &Served<'_>, now: u64) -> Option<Emit> {
+        let (address, cluster) = self.decide(lookup, served)?;
+        self.mint(address, served.other_addresses, cluster, now)
+    }
+
+    /// Whether [`Session::respond`] sends a cookie (or the session header)
+    /// for this exchange: the decision alone, without writing the value, for
+    /// adapters that learn how the request was served step by step and write
+    /// the value once, at the end.
+    pub fn wants_cookie(&self, lookup: &Lookup, served: &Served<'_>) -> bool {
+        self.decide(lookup, served).is_some()
+    }
+
+    /// The address and cluster to mint a cookie for, if one is due.
+    fn decide<'s>(
+        &self,
+        lookup: &Lookup,
+        served: &Served<'s>,
+    ) -> Option<(SocketAddr, Option<&'s str>)> {
         let address = served.address.filter(|_| !served.connect_failed)?;
         let format = self.config.format;
         let cluster = served
             .cluster
-            .filter(|c| !c.is_empty() && !c.chars().any(char::is_control));
+            .filter(|c| !c.is_empty() && !cookie::has_control(c));
         match lookup {
             Lookup::Bypass => return None,
             Lookup::Miss(_) => {}
@@ -247,7 +265,7 @@ impl Session {
                 }
             }
         }
-        self.mint(address, served.other_addresses, cluster, now)
+        Some((address, cluster))
     }
 
     /// The header that pins a client to `address` (and the endpoint's other
@@ -285,5 +303,77 @@ impl Session {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cookie::{Key, KeyRing};
+    use crate::http::set_cookie::CookieSpec;
+    use alloc::vec;
+    use core::time::Duration;
+
+    const NOW: u64 = 1_800_000_000;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn wants_cookie_is_whether_respond_answers() {
+        let spec = CookieSpec::new("s", "/", Duration::from_secs(60), vec![]).unwrap();
+        let unsigned = SessionConfig::cookie(spec.clone());
+        let mut signed = SessionConfig::cookie(spec);
+        signed.keys = KeyRing::new(vec![Key::from_secret(b"0123456789abcdef").unwrap()]);
+        signed.accept_unsigned = true;
+        let a = addr("10.0.0.1:80");
+        let b = addr("10.0.0.2:80");
+        let others = [addr("[::1]:80")];
+        let pinned = |cluster: Option<&str>, signature| {
+            let mut cookie = SessionCookie::new(AddressList::one(a));
+            cookie.cluster = cluster.map(String::from);
+            Lookup::Pinned(Pin {
+                cookie,
+                format: Format::Envoy,
+                signature,
+            })
+        };
+        let lookups = [
+            Lookup::Bypass,
+            Lookup::Miss(Miss::Absent),
+            pinned(None, Signature::Unsigned),
+            pinned(Some("c1"), Signature::Unsigned),
+            pinned(Some("c1"), Signature::Valid { key: 0 }),
+        ];
+        let mut answered = 0;
+        for config in [unsigned, signed] {
+            let session = Session::new(config).unwrap();
+            for lookup in &lookups {
+                for address in [None, Some(a), Some(b)] {
+                    for cluster in [None, Some("c1"), Some("c2"), Some(""), Some("c\u{7}")] {
+                        for other_addresses in [&[][..], &others[..]] {
+                            for connect_failed in [false, true] {
+                                let served = Served {
+                                    address,
+                                    other_addresses,
+                                    cluster,
+                                    connect_failed,
+                                };
+                                let emit = session.respond(lookup, &served, NOW);
+                                assert_eq!(
+                                    session.wants_cookie(lookup, &served),
+                                    emit.is_some(),
+                                    "{lookup:?} {served:?}"
+                                );
+                                answered += usize::from(emit.is_some());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Both answers occur, so the comparison above means something.
+        assert!(answered > 0 && answered < 2 * lookups.len() * 3 * 5 * 2 * 2);
     }
 }

@@ -152,12 +152,10 @@ impl Host for Envoy {
         Envoy::remove(REQUEST_HEADERS, name);
     }
 
-    fn property(&mut self, path: &[&str]) -> Option<Vec<u8>> {
-        let joined = path.join("\0");
+    fn property(&mut self, path: &str) -> Option<Vec<u8>> {
         let (mut data, mut size) = (null_mut(), 0);
         // SAFETY: pointer and length of a live string, out-pointers to locals.
-        let status =
-            unsafe { proxy_get_property(joined.as_ptr(), joined.len(), &mut data, &mut size) };
+        let status = unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut size) };
         owned(status, data, size)
     }
 

@@ -30,6 +30,13 @@ pub const VIA_UPSTREAM: &str = "via_upstream";
 /// Details Envoy records for the 503 the plugin sends in strict mode.
 pub const STRICT_DETAILS: &str = "tether_session_host_unavailable";
 
+/// The property naming the upstream host that answered (`ip:port`).
+pub const UPSTREAM_ADDRESS: &str = "upstream\0address";
+/// The property naming the cluster that routed the request.
+pub const CLUSTER_NAME: &str = "xds\0cluster_name";
+/// The property telling whether the response came from the upstream.
+pub const CODE_DETAILS: &str = "response\0code_details";
+
 /// Log levels, as proxy-wasm numbers them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -50,8 +57,9 @@ pub trait Host {
     fn set_request_header(&mut self, name: &str, value: &str);
     /// Removes every value of a request header.
     fn remove_request_header(&mut self, name: &str);
-    /// A stream property (e.g. `upstream.address`), as bytes.
-    fn property(&mut self, path: &[&str]) -> Option<Vec<u8>>;
+    /// A stream property, as bytes. `path` is in proxy-wasm's form, the
+    /// segments joined by NUL (see [`UPSTREAM_ADDRESS`]).
+    fn property(&mut self, path: &str) -> Option<Vec<u8>>;
     /// Appends a response header.
     fn add_response_header(&mut self, name: &str, value: &str);
     /// Sets (replaces) a response header.
@@ -160,7 +168,11 @@ impl Plugin {
         let headers = host.request_headers().unwrap_or_default();
         let session_header = session.header_name().map(str::as_bytes);
         let mut path = "";
-        let mut cookies: Vec<&str> = Vec::new();
+        // Requests rarely carry more than a few `Cookie` headers: no
+        // allocation for those.
+        let mut few = [""; 4];
+        let mut found = 0;
+        let mut more: Vec<&str> = Vec::new();
         let mut header = None;
         let mut client_override = false;
         for (name, value) in headers.iter() {
@@ -168,8 +180,17 @@ impl Plugin {
                 path = str::from_utf8(value).unwrap_or("");
             } else if name == b"cookie" {
                 // A value that is not UTF-8 holds no RFC 6265 cookie we could read.
-                if let Ok(v) = str::from_utf8(value) {
-                    cookies.push(v);
+                let Ok(v) = str::from_utf8(value) else {
+                    continue;
+                };
+                if let Some(slot) = few.get_mut(found) {
+                    *slot = v;
+                    found += 1;
+                } else {
+                    if more.is_empty() {
+                        more.extend_from_slice(&few);
+                    }
+                    more.push(v);
                 }
             } else if name == cfg.override_header.as_bytes() {
                 client_override = true;
@@ -190,7 +211,11 @@ impl Plugin {
         };
         let req = SessionRequest {
             path,
-            cookies: &cookies,
+            cookies: if more.is_empty() {
+                &few[..found]
+            } else {
+                &more
+            },
             header,
         };
         let lookup = session.lookup(&req, now);
@@ -228,7 +253,7 @@ impl Plugin {
             return false;
         }
         let Some(address) = host
-            .property(&["upstream", "address"])
+            .property(UPSTREAM_ADDRESS)
             .and_then(|b| parse_address(&b))
         else {
             // Never routed (e.g. no healthy host): nothing to pin to.
@@ -238,7 +263,8 @@ impl Plugin {
             address: Some(address),
             ..Served::default()
         };
-        let mut emit = session.respond(&ex.lookup, &served, ex.now);
+        // Each step below only decides; the value is written once, at the end.
+        let mut wants = session.wants_cookie(&ex.lookup, &served);
 
         // The cluster is read only where it can change the answer: for the
         // cookie about to be minted, or to add it once to a session cookie
@@ -246,29 +272,27 @@ impl Plugin {
         // host that answered is left as it is: telling would cost a property
         // read on every pinned response.
         let wants_cluster = session.config().format.carries_cluster()
-            && (emit.is_some()
-                || (ex.lookup.addresses().is_some() && ex.lookup.cluster().is_none()));
+            && (wants || (ex.lookup.addresses().is_some() && ex.lookup.cluster().is_none()));
         let cluster = if wants_cluster {
-            host.property(&["xds", "cluster_name"])
+            host.property(CLUSTER_NAME)
         } else {
             None
         };
         if wants_cluster {
             served.cluster = cluster.as_deref().and_then(|b| str::from_utf8(b).ok());
-            emit = session.respond(&ex.lookup, &served, ex.now);
+            wants = session.wants_cookie(&ex.lookup, &served);
         }
 
         // Whether a host really answered is asked only before acting on it.
-        if emit.is_some() || session.strict_refuses(&ex.lookup, &served) {
-            let details = host.property(&["response", "code_details"]);
+        if wants || session.strict_refuses(&ex.lookup, &served) {
+            let details = host.property(CODE_DETAILS);
             served.connect_failed = details.as_deref() != Some(VIA_UPSTREAM.as_bytes());
             if session.strict_refuses(&ex.lookup, &served) {
                 host.local_reply(503, STRICT_DETAILS, "no healthy upstream");
                 return true;
             }
-            emit = session.respond(&ex.lookup, &served, ex.now);
         }
-        match emit {
+        match session.respond(&ex.lookup, &served, ex.now) {
             Some(Emit::SetCookie(value)) => host.add_response_header("set-cookie", &value),
             Some(Emit::Header { name, value }) => host.set_response_header(&name, &value),
             None => {}
@@ -280,7 +304,7 @@ impl Plugin {
 /// The override header's value for the pinned `addresses`.
 pub fn override_value(addresses: &AddressList, encoding: OverrideEncoding) -> Option<String> {
     match encoding {
-        OverrideEncoding::List => Some(alloc::format!("{addresses}")),
+        OverrideEncoding::List => Some(addresses.to_text()),
         // Envoy's header-mode session state: base64 of one `ip:port`, which is
         // exactly tether's legacy cookie value.
         OverrideEncoding::SessionHeader => {
@@ -364,8 +388,8 @@ mod tests {
                 .push(alloc::format!("remove_request_header {name}"));
             self.request.retain(|(n, _)| n != name);
         }
-        fn property(&mut self, path: &[&str]) -> Option<Vec<u8>> {
-            let key = path.join(".");
+        fn property(&mut self, path: &str) -> Option<Vec<u8>> {
+            let key = path.replace('\0', ".");
             self.calls.push(alloc::format!("property {key}"));
             self.properties.get(&key).cloned()
         }
@@ -483,6 +507,21 @@ mod tests {
             "127.0.0.1:8002",
         );
         assert_eq!(req.set_request[0].1, "127.0.0.1:8002");
+    }
+
+    #[test]
+    fn cookie_is_found_after_many_cookie_headers() {
+        let p = plugin(COOKIE);
+        let value = envoy_cookie("127.0.0.1:8003");
+        let session = alloc::format!("s={value}");
+        let mut request = vec![(":path", "/")];
+        for other in ["a=1", "b=2", "c=3", "d=4", "e=5"] {
+            request.push(("cookie", other));
+        }
+        request.push(("cookie", &session));
+        request.push(("cookie", "s=second-is-ignored"));
+        let (req, _) = exchange(&p, &request, "127.0.0.1:8003");
+        assert_eq!(req.set_request[0].1, "127.0.0.1:8003");
     }
 
     #[test]

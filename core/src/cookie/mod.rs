@@ -25,18 +25,20 @@
 //! what the format cannot carry, e.g. a cluster in `legacy`. Signing (see
 //! [`signed`]) puts a MAC in protobuf field 102, so only `envoy` carries one.
 
+mod decode64;
 mod envoy;
 pub mod signed;
 mod text;
 
 use alloc::string::String;
+use alloc::vec::Vec;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use base64::engine::DecodePaddingMode;
 use base64::Engine as _;
 use core::fmt;
 use core::str::FromStr;
 
-use crate::address::{AddressError, AddressList};
+use crate::address::{trim_blanks, AddressError, AddressList};
 pub use signed::{Key, KeyRing};
 
 /// Standard alphabet; reads padded and unpadded input, writes padded.
@@ -286,16 +288,23 @@ pub fn decode(value: &str, keys: &KeyRing) -> Result<Decoded, DecodeError> {
         return Err(DecodeError::Empty);
     }
     let padded = inner.len() % 4 == 0;
-    // Padding is all or nothing: `=` only where it completes the last quantum.
-    if !padded && inner.contains('=') {
-        return Err(DecodeError::Base64);
-    }
-    let bytes = BASE64.decode(inner).map_err(|_| DecodeError::Base64)?;
-    let (cookie, format, mac) = if let Some(text) = text::as_text(&bytes) {
+    // Padding is all or nothing (see `decode64`). Session cookies are short:
+    // they are decoded on the stack, longer values on the heap.
+    let mut small = [0u8; 192];
+    let mut large = Vec::new();
+    let buf = if decode64::decoded_len(inner.as_bytes()) <= small.len() {
+        &mut small[..]
+    } else {
+        large.resize(decode64::decoded_len(inner.as_bytes()), 0);
+        &mut large[..]
+    };
+    let len = decode64::decode(inner.as_bytes(), buf).ok_or(DecodeError::Base64)?;
+    let bytes = buf.get(..len).ok_or(DecodeError::Base64)?;
+    let (cookie, format, mac) = if let Some(text) = text::as_text(bytes) {
         let (cookie, format) = text::parse(text)?;
         (cookie, format, None)
     } else {
-        envoy::parse(&bytes)?
+        envoy::parse(bytes)?
     };
     let signature = match mac {
         None => Signature::Unsigned,
@@ -319,7 +328,7 @@ pub fn encode(
 ) -> Result<String, EncodeError> {
     let unrepresentable = |field| Err(EncodeError::Unrepresentable { format, field });
     if let Some(c) = &cookie.cluster {
-        if c.is_empty() || c.chars().any(char::is_control) {
+        if c.is_empty() || has_control(c) {
             return Err(EncodeError::Cluster(c.clone()));
         }
         if !format.carries_cluster() {
@@ -341,9 +350,19 @@ pub fn encode(
     })
 }
 
+/// Whether `s` holds a control character ([`char::is_control`]: U+0000 to
+/// U+001F and U+007F to U+009F). Byte-wise, as char iteration costs far more
+/// in the wasm plugin: in UTF-8 the second range is `0xC2` then `0x80..=0x9F`.
+pub(crate) fn has_control(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.iter().enumerate().any(|(i, &c)| {
+        c < 0x20 || c == 0x7f || (c == 0xc2 && matches!(b.get(i + 1), Some(0x80..=0x9f)))
+    })
+}
+
 /// Strips one pair of surrounding double quotes and surrounding spaces.
 fn unquote(value: &str) -> Result<(&str, bool), DecodeError> {
-    let v = value.trim_matches([' ', '\t']);
+    let v = trim_blanks(value);
     let (inner, quoted) = match v.strip_prefix('"') {
         Some(rest) => (rest.strip_suffix('"').ok_or(DecodeError::Quotes)?, true),
         None => (v, false),
@@ -370,6 +389,17 @@ mod tests {
         assert_eq!(code("EAU="), "missing-address");
         assert_eq!(code("aGVsbG8="), "address");
         assert_eq!(code("O2NsdXN0ZXI="), "text");
+    }
+
+    #[test]
+    fn has_control_is_char_is_control() {
+        let mut buf = [0u8; 4];
+        for c in (0..=0x10ffff).filter_map(char::from_u32) {
+            let one = c.encode_utf8(&mut buf);
+            assert_eq!(has_control(one), c.is_control(), "{c:?}");
+        }
+        assert!(has_control("ok\u{9f}"));
+        assert!(!has_control("ok\u{a0}é"));
     }
 
     #[test]

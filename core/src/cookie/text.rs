@@ -4,15 +4,20 @@
 use alloc::string::String;
 use alloc::vec::Vec;
 
-use super::{DecodeError, Format, SessionCookie};
+use super::{has_control, DecodeError, Format, SessionCookie};
 use crate::address::AddressList;
 
 /// The payload as text, if it is UTF-8 without control characters. A
 /// protobuf payload always starts with a field tag below 0x20 for field 1
 /// (`0x0a`), so the two forms cannot be confused.
 pub(super) fn as_text(bytes: &[u8]) -> Option<&str> {
+    // The ASCII controls first: they reject a protobuf payload at its first
+    // byte, before any UTF-8 validation.
+    if bytes.iter().any(|b| *b < 0x20 || *b == 0x7f) {
+        return None;
+    }
     let text = core::str::from_utf8(bytes).ok()?;
-    (!text.chars().any(char::is_control)).then_some(text)
+    (!has_control(text)).then_some(text)
 }
 
 /// Parses `addr[,addr...][;cluster]`. A `;` makes it the `grpc` form (an empty
