@@ -4,7 +4,7 @@
 #   js/pkg/web    an ES module for browsers (call its default export, init, first)
 # each with TypeScript declarations, plus js/pkg/package.json.
 #
-# Steps: the wasm module with cargo (profile "wasm": opt-level z, LTO, abort
+# Steps: the wasm module with cargo (profile "wasm-js": opt-level z, LTO, abort
 # on panic); wasm-bindgen-cli at exactly the version of the wasm-bindgen crate
 # in Cargo.lock (installed from crates.io into .tools/ when missing); then
 # wasm-opt -Oz from binaryen (installed from npm into .tools/ when missing).
@@ -37,13 +37,13 @@ if [ "$("$bindgen" --version 2>/dev/null || true)" != "wasm-bindgen $bindgen_ver
     cargo install --no-default-features --root "$tools" wasm-bindgen-cli --version "$bindgen_version"
 fi
 
-cargo build -p tether-js --target wasm32-unknown-unknown --profile wasm
-wasm="$repo/target/wasm32-unknown-unknown/wasm/tether_js.wasm"
+cargo build -p tether-js --target wasm32-unknown-unknown --profile wasm-js
+wasm="$repo/target/wasm32-unknown-unknown/wasm-js/tether_js.wasm"
 
 rm -rf "$here/pkg"
 for target in nodejs web; do
   out="$here/pkg/${target%js}"
-  # The "wasm" profile strips all custom sections, target_features included;
+  # The "wasm-js" profile strips all custom sections, target_features included;
   # wasm-bindgen then warns and assumes the target's default features, which
   # is what the module was built with.
   "$bindgen" --target "$target" --out-dir "$out" "$wasm" 2>&1 |
