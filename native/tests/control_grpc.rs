@@ -66,6 +66,9 @@ async fn start_backend(name: &str) -> (SocketAddr, tokio::task::JoinHandle<()>) 
 
 /// A Python with grpcio, in a venv under the target directory.
 async fn python() -> PathBuf {
+    // The tests of this file run in parallel: one of them creates the venv.
+    static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _creating = CREATING.lock().await;
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-grpcio");
     let py = venv.join("bin").join("python");
     let has_grpc = |py: PathBuf| async move {
