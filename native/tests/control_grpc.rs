@@ -129,9 +129,27 @@ async fn run_client(
     calls: usize,
     cookie: Option<&str>,
 ) -> Vec<Call> {
+    run_client_warmed(py, bootstrap, target, 0, calls, cookie).await
+}
+
+/// As [`run_client`], after unprinted warm-up calls until `warm` distinct
+/// backends have answered: C-core's round robin only picks connected
+/// subchannels, so a spread is only meaningful once all have connected.
+async fn run_client_warmed(
+    py: &Path,
+    bootstrap: &Path,
+    target: &str,
+    warm: usize,
+    calls: usize,
+    cookie: Option<&str>,
+) -> Vec<Call> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/grpc_xds_client.py");
     let mut cmd = Command::new(py);
-    cmd.arg(script).arg(target).arg(calls.to_string());
+    cmd.arg(script);
+    if warm > 0 {
+        cmd.arg("--warm").arg(warm.to_string());
+    }
+    cmd.arg(target).arg(calls.to_string());
     if let Some(c) = cookie {
         cmd.arg(c);
     }
@@ -197,7 +215,7 @@ services:
     let target = "xds:///echo.tether.test";
 
     // Without a cookie: round robin over both, each reply brings a cookie.
-    let calls = run_client(&py, &bootstrap, target, 6, None).await;
+    let calls = run_client_warmed(&py, &bootstrap, target, 2, 6, None).await;
     assert_eq!(calls.len(), 6);
     let backends: HashSet<&str> = calls.iter().map(|c| c.backend.as_str()).collect();
     assert_eq!(backends, HashSet::from(["echo-1", "echo-2"]), "{calls:?}");
@@ -314,7 +332,7 @@ async fn grpcio_client_fails_over_through_aggregate_services() {
 
     // C-core accepts the nested aggregate clusters and uses the primary's
     // backends, round robin.
-    let calls = run_client(&py, &bootstrap, target, 6, None).await;
+    let calls = run_client_warmed(&py, &bootstrap, target, 2, 6, None).await;
     assert_eq!(
         backends(&calls),
         HashSet::from(["primary-1".to_owned(), "primary-2".to_owned()]),

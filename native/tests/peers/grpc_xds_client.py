@@ -5,11 +5,18 @@ generated stubs are needed) and prints one JSON line per call: the backend
 that answered, its address, and the Set-Cookie of the response's initial
 metadata. The bootstrap comes from GRPC_XDS_BOOTSTRAP.
 
-usage: grpc_xds_client.py TARGET CALLS [COOKIE]
+usage: grpc_xds_client.py [--warm N] TARGET CALLS [COOKIE]
+
+--warm N first makes unprinted calls without a cookie until N distinct
+backends have answered (at most 200 calls or 20 s, else exit 2). Round
+robin only uses connected subchannels, so a fresh channel's first calls can
+all reach the one backend that connected first; warming makes a test of the
+spread independent of connect timing.
 """
 
 import json
 import sys
+import time
 
 import grpc
 
@@ -67,15 +74,37 @@ def decode_reply(data):
     return fields
 
 
+def warm(echo, distinct):
+    seen = set()
+    deadline = time.monotonic() + 20
+    for i in range(200):
+        if len(seen) >= distinct or time.monotonic() > deadline:
+            break
+        reply = echo(encode_request("warm %d" % i), timeout=20, wait_for_ready=True)
+        seen.add(decode_reply(reply).get(2, ""))
+        time.sleep(0.02)
+    if len(seen) < distinct:
+        sys.stderr.write("warm-up saw %d backend(s) %r, wanted %d\n"
+                         % (len(seen), sorted(seen), distinct))
+        sys.exit(2)
+
+
 def main():
-    target, calls = sys.argv[1], int(sys.argv[2])
-    cookie = sys.argv[3] if len(sys.argv) > 3 else None
+    args = sys.argv[1:]
+    distinct = 0
+    if args[:1] == ["--warm"]:
+        distinct = int(args[1])
+        args = args[2:]
+    target, calls = args[0], int(args[1])
+    cookie = args[2] if len(args) > 2 else None
     with grpc.insecure_channel(target) as channel:
         echo = channel.unary_unary(
             "/tether.demo.v1.Echo/Echo",
             request_serializer=lambda b: b,
             response_deserializer=lambda b: b,
         )
+        if distinct:
+            warm(echo, distinct)
         for i in range(calls):
             metadata = [("cookie", cookie)] if cookie else None
             reply, call = echo.with_call(
