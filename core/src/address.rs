@@ -330,13 +330,7 @@ mod tests {
         // accepts what the general parser refuses or reads differently, and
         // `parse` answers exactly as the general parser does.
         let alphabet = b"0123456789.:0125.:[]a ";
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d_u64);
         for _ in 0..100_000 {
             let len = (next() % 24) as usize;
             let text: String = (0..len)

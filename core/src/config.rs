@@ -270,14 +270,14 @@ impl SessionConfig {
             (None, Some(h)) => {
                 let h = object(h, "header")?;
                 only(h, &["name"]).map_err(|e| e.within("header"))?;
-                SessionConfig::header(string(h.get("name"), "header.name")?.unwrap_or(""))?
+                SessionConfig::header(string_field(h.get("name"), "header.name")?.unwrap_or(""))?
             }
             (None, None) => return Err(ConfigError::new("cookie", "", Problem::Missing)),
         };
         if let Some(strict) = boolean(obj.get("strict"), "strict")? {
             config.strict = strict;
         }
-        if let Some(f) = string(obj.get("format"), "format")? {
+        if let Some(f) = string_field(obj.get("format"), "format")? {
             config.format = f.parse().map_err(|_| {
                 ConfigError::new("format", f, Problem::OneOf("envoy, grpc, legacy"))
             })?;
@@ -307,9 +307,9 @@ impl SessionConfig {
 pub fn cookie_spec(value: &Value) -> Result<CookieSpec, ConfigError> {
     let c = object(value, "")?;
     only(c, &["name", "path", "ttl", "attributes"])?;
-    let name = string(c.get("name"), "name")?.unwrap_or("");
-    let path = string(c.get("path"), "path")?.unwrap_or("");
-    let ttl = match string(c.get("ttl"), "ttl")? {
+    let name = string_field(c.get("name"), "name")?.unwrap_or("");
+    let path = string_field(c.get("path"), "path")?.unwrap_or("");
+    let ttl = match string_field(c.get("ttl"), "ttl")? {
         Some(t) => {
             duration::parse(t).map_err(|e| ConfigError::new("ttl", t, Problem::Duration(e)))?
         }
@@ -328,10 +328,10 @@ pub fn cookie_spec(value: &Value) -> Result<CookieSpec, ConfigError> {
             let at = format!("attributes[{i}]");
             let o = object(a, &at)?;
             only(o, &["name", "value"]).map_err(|e| e.within(&at))?;
-            let name = string(o.get("name"), "name")
+            let name = string_field(o.get("name"), "name")
                 .map_err(|e| e.within(&at))?
                 .unwrap_or("");
-            let value = string(o.get("value"), "value")
+            let value = string_field(o.get("value"), "value")
                 .map_err(|e| e.within(&at))?
                 .unwrap_or("");
             attributes.push(Attribute::new(name, value).map_err(|e| e.within(&at))?);
@@ -352,7 +352,10 @@ fn only(o: &Map<String, Value>, known: &[&str]) -> Result<(), ConfigError> {
     }
 }
 
-fn string<'a>(v: Option<&'a Value>, field: &str) -> Result<Option<&'a str>, ConfigError> {
+/// A JSON field that must be a string when present (`null` reads as absent);
+/// the error names `field` and the value found. Public for adapters that
+/// read their own fields beside the session configuration's.
+pub fn string_field<'a>(v: Option<&'a Value>, field: &str) -> Result<Option<&'a str>, ConfigError> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s)),

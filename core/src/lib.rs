@@ -34,6 +34,8 @@ pub mod duration;
 pub mod hash;
 pub mod http;
 pub mod session;
+#[cfg(test)]
+mod testing;
 
 pub use address::AddressList;
 pub use config::{ConfigError, SessionConfig, SessionMode};

@@ -57,6 +57,13 @@ extern "C" {
         value_size: usize,
     ) -> u32;
     fn proxy_remove_header_map_value(map: u32, key: *const u8, key_size: usize) -> u32;
+    fn proxy_get_header_map_value(
+        map: u32,
+        key: *const u8,
+        key_size: usize,
+        value: *mut *mut u8,
+        value_size: *mut usize,
+    ) -> u32;
     fn proxy_get_property(
         path: *const u8,
         path_size: usize,
@@ -106,11 +113,17 @@ fn clock() -> Option<u64> {
 }
 
 fn plugin_configuration() -> Option<Vec<u8>> {
+    // SAFETY: out-pointers from `fetch`.
+    fetch(|data, size| unsafe {
+        proxy_get_buffer_bytes(PLUGIN_CONFIGURATION, 0, usize::MAX, data, size)
+    })
+}
+
+/// Runs a host call that returns a buffer through two out-pointers (to
+/// locals here) and takes ownership of what it wrote; see `owned`.
+fn fetch(call: impl FnOnce(*mut *mut u8, *mut usize) -> u32) -> Option<Vec<u8>> {
     let (mut data, mut size) = (null_mut(), 0);
-    // SAFETY: out-pointers to locals; see `owned`.
-    let status = unsafe {
-        proxy_get_buffer_bytes(PLUGIN_CONFIGURATION, 0, usize::MAX, &mut data, &mut size)
-    };
+    let status = call(&mut data, &mut size);
     owned(status, data, size)
 }
 
@@ -138,10 +151,9 @@ impl Envoy {
 
 impl Host for Envoy {
     fn request_headers(&mut self) -> Option<HeaderMap> {
-        let (mut data, mut size) = (null_mut(), 0);
-        // SAFETY: out-pointers to locals; see `owned`.
-        let status = unsafe { proxy_get_header_map_pairs(REQUEST_HEADERS, &mut data, &mut size) };
-        owned(status, data, size).map(HeaderMap)
+        // SAFETY: out-pointers from `fetch`.
+        fetch(|data, size| unsafe { proxy_get_header_map_pairs(REQUEST_HEADERS, data, size) })
+            .map(HeaderMap)
     }
 
     fn set_request_header(&mut self, name: &str, value: &str) {
@@ -153,10 +165,8 @@ impl Host for Envoy {
     }
 
     fn property(&mut self, path: &str) -> Option<Vec<u8>> {
-        let (mut data, mut size) = (null_mut(), 0);
-        // SAFETY: pointer and length of a live string, out-pointers to locals.
-        let status = unsafe { proxy_get_property(path.as_ptr(), path.len(), &mut data, &mut size) };
-        owned(status, data, size)
+        // SAFETY: pointer and length of a live string; out-pointers from `fetch`.
+        fetch(|data, size| unsafe { proxy_get_property(path.as_ptr(), path.len(), data, size) })
     }
 
     fn add_response_header(&mut self, name: &str, value: &str) {
@@ -169,6 +179,14 @@ impl Host for Envoy {
 
     fn remove_response_header(&mut self, name: &str) {
         Envoy::remove(RESPONSE_HEADERS, name);
+    }
+
+    fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {
+        let map = RESPONSE_HEADERS;
+        // SAFETY: pointer and length of a live string; out-pointers from `fetch`.
+        fetch(|data, size| unsafe {
+            proxy_get_header_map_value(map, name.as_ptr(), name.len(), data, size)
+        })
     }
 
     fn local_reply(&mut self, status: u32, details: &str, body: &str) {

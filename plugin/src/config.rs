@@ -20,7 +20,7 @@
 
 use alloc::string::{String, ToString};
 use serde_json::{Map, Value};
-use tether_core::config::Problem;
+use tether_core::config::{string_field, Problem};
 use tether_core::http::syntax::is_token;
 use tether_core::{ConfigError, Session, SessionConfig};
 
@@ -66,7 +66,7 @@ impl PluginConfig {
         let (config, extras) =
             SessionConfig::from_json(text, &["override_header", "override_encoding"])?;
         let override_header = override_header(&extras)?;
-        let encoding = match string(&extras, "override_encoding")? {
+        let encoding = match string_field(extras.get("override_encoding"), "override_encoding")? {
             None | Some("list") => OverrideEncoding::List,
             Some("session_header") => OverrideEncoding::SessionHeader,
             Some(other) => {
@@ -96,7 +96,7 @@ impl PluginConfig {
 }
 
 fn override_header(extras: &Map<String, Value>) -> Result<String, ConfigError> {
-    let Some(name) = string(extras, "override_header")? else {
+    let Some(name) = string_field(extras.get("override_header"), "override_header")? else {
         return Ok(DEFAULT_OVERRIDE_HEADER.to_string());
     };
     if name.is_empty() {
@@ -115,18 +115,6 @@ fn override_header(extras: &Map<String, Value>) -> Result<String, ConfigError> {
         ));
     }
     Ok(name)
-}
-
-fn string<'a>(extras: &'a Map<String, Value>, field: &str) -> Result<Option<&'a str>, ConfigError> {
-    match extras.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(ConfigError::new(
-            field,
-            &other.to_string(),
-            Problem::WrongType("a string"),
-        )),
-    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 //! | step | host calls |
 //! |---|---|
 //! | request | 1 (all request headers) + 1 if pinned (set the override header) + 1 if the client sent one (remove it) |
-//! | response, pinned and served by its host | 1 (`upstream.address`), + 1 in wiring (b) (drop the native filter's header) |
-//! | response that sets a cookie | + `xds.cluster_name` (formats that carry it) + `response.code_details` + the header |
+//! | response, pinned and served by its host | 1: `upstream.address` in wiring (a); in wiring (b) the native filter's echo header (absent) |
+//! | response that sets a cookie | + `xds.cluster_name` (formats that carry it) + `response.code_details` + the header (+ removing the echo in wiring (b)) |
 //!
 //! The clock is not read per request: the root context refreshes it once a
 //! second (cookie expiries are whole seconds).
@@ -66,6 +66,8 @@ pub trait Host {
     fn set_response_header(&mut self, name: &str, value: &str);
     /// Removes every value of a response header.
     fn remove_response_header(&mut self, name: &str);
+    /// The first value of a response header.
+    fn response_header(&mut self, name: &str) -> Option<Vec<u8>>;
     /// Replaces the response with a local one.
     fn local_reply(&mut self, status: u32, details: &str, body: &str);
     /// Writes a log line.
@@ -131,6 +133,9 @@ fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
 pub struct Exchange {
     lookup: Lookup,
     now: u64,
+    /// The host named in the session header set for Envoy's header-mode
+    /// filter (wiring (b)), which echoes the served host only when it differs.
+    asked: Option<SocketAddr>,
 }
 
 impl Exchange {
@@ -207,6 +212,7 @@ impl Plugin {
             return Exchange {
                 lookup: Lookup::Bypass,
                 now: 0,
+                asked: None,
             };
         };
         let req = SessionRequest {
@@ -219,10 +225,14 @@ impl Plugin {
             header,
         };
         let lookup = session.lookup(&req, now);
+        let mut asked = None;
         match &lookup {
             Lookup::Pinned(pin) => {
                 if let Some(value) = override_value(&pin.cookie.addresses, cfg.encoding) {
                     host.set_request_header(&cfg.override_header, &value);
+                    if cfg.encoding == OverrideEncoding::SessionHeader {
+                        asked = Some(pin.cookie.addresses.primary());
+                    }
                 }
             }
             Lookup::Miss(miss) if self.debug && *miss != Miss::Absent => {
@@ -233,7 +243,7 @@ impl Plugin {
             }
             _ => {}
         }
-        Exchange { lookup, now }
+        Exchange { lookup, now, asked }
     }
 
     /// Response headers: set a cookie (or the session header) when the host
@@ -243,19 +253,32 @@ impl Plugin {
     pub fn on_response(&self, host: &mut impl Host, exchange: Option<&Exchange>) -> bool {
         let cfg = &self.config;
         let session = &cfg.session;
+        // Wiring (b): Envoy's header-mode filter echoes the served host in the
+        // override header, but only when it is not the host it was asked for.
+        // No echo therefore tells, for one header read, that the asked host
+        // answered. An echo (or a header a backend sent) is never shown to the
+        // client, and the served host is then read from Envoy itself.
+        let mut served_asked = None;
         if cfg.encoding == OverrideEncoding::SessionHeader {
-            // Envoy's header-mode filter echoes the served host in this
-            // header; the plugin's cookie replaces it for the client.
-            host.remove_response_header(&cfg.override_header);
+            match exchange.and_then(|ex| ex.asked) {
+                Some(asked)
+                    if host
+                        .response_header(&cfg.override_header)
+                        .is_none_or(|v| v.is_empty()) =>
+                {
+                    served_asked = Some(asked);
+                }
+                _ => host.remove_response_header(&cfg.override_header),
+            }
         }
         let Some(ex) = exchange else { return false };
         if matches!(ex.lookup, Lookup::Bypass) {
             return false;
         }
-        let Some(address) = host
-            .property(UPSTREAM_ADDRESS)
-            .and_then(|b| parse_address(&b))
-        else {
+        let Some(address) = served_asked.or_else(|| {
+            host.property(UPSTREAM_ADDRESS)
+                .and_then(|b| parse_address(&b))
+        }) else {
             // Never routed (e.g. no healthy host): nothing to pin to.
             return false;
         };
@@ -392,6 +415,13 @@ mod tests {
             let key = path.replace('\0', ".");
             self.calls.push(alloc::format!("property {key}"));
             self.properties.get(&key).cloned()
+        }
+        fn response_header(&mut self, name: &str) -> Option<Vec<u8>> {
+            self.calls.push(alloc::format!("response_header {name}"));
+            self.response
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_bytes().to_vec())
         }
         fn add_response_header(&mut self, name: &str, value: &str) {
             self.calls
@@ -606,6 +636,50 @@ mod tests {
             .push(("x-pin".into(), "MTI3LjAuMC4xOjgwMDE=".into()));
         p.on_response(&mut resp, Some(&ex));
         assert!(resp.response.iter().all(|(n, _)| n != "x-pin"));
+    }
+
+    #[test]
+    fn session_header_encoding_trusts_the_missing_echo_and_reads_envoy_on_one() {
+        let p = plugin(
+            r#"{"cookie":{"name":"s"},"override_encoding":"session_header","override_header":"x-pin"}"#,
+        );
+        let mut c = SessionCookie::new(AddressList::parse("127.0.0.1:8001").unwrap());
+        c.cluster = Some("backends".into());
+        let header = alloc::format!("s={}", cookie::encode(&c, Format::Envoy, None).unwrap());
+        let request = [(":path", "/"), ("cookie", header.as_str())];
+
+        // No echo: the asked host answered; one header read, nothing else
+        // (not even `upstream.address`, which here names another host).
+        let mut req = FakeHost::new(&request);
+        let ex = p.on_request(&mut req, Some(NOW));
+        let mut resp = FakeHost::default().served_by("127.0.0.1:8002");
+        p.on_response(&mut resp, Some(&ex));
+        assert_eq!(resp.calls, vec!["response_header x-pin"]);
+        assert!(resp.response.is_empty());
+
+        // An echo: another host answered; the echo is removed and the cookie
+        // names the host Envoy reports, not the echoed value.
+        let mut resp = FakeHost::default().served_by("127.0.0.1:8002");
+        resp.response
+            .push(("x-pin".into(), "MTI3LjAuMC4xOjgwMDM=".into()));
+        p.on_response(&mut resp, Some(&ex));
+        assert!(resp.response.iter().all(|(n, _)| n != "x-pin"));
+        let cookies = resp.set_cookies();
+        assert_eq!(cookies.len(), 1, "{:?}", resp.calls);
+        assert_eq!(
+            decoded(cookies[0]).addresses.primary().to_string(),
+            "127.0.0.1:8002"
+        );
+
+        // Without a pinned request the echo is removed without being read.
+        let mut req = FakeHost::new(&[(":path", "/")]);
+        let ex = p.on_request(&mut req, Some(NOW));
+        let mut resp = FakeHost::default().served_by("127.0.0.1:8002");
+        resp.response
+            .push(("x-pin".into(), "MTI3LjAuMC4xOjgwMDI=".into()));
+        p.on_response(&mut resp, Some(&ex));
+        assert_eq!(resp.calls[0], "remove_response_header x-pin");
+        assert_eq!(resp.set_cookies().len(), 1);
     }
 
     #[test]

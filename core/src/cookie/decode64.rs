@@ -125,13 +125,7 @@ mod tests {
         }
         // Random text of every length up to 40, and real payloads.
         let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/==-_ ";
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::testing::xorshift(0x2545_f491_4f6c_dd1d_u64);
         for _ in 0..50_000 {
             let len = (next() % 41) as usize;
             let text: Vec<u8> = (0..len)

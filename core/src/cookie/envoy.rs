@@ -341,13 +341,7 @@ mod tests {
         c.cluster = Some("backends".into());
         c.expires = Some(1_800_000_000);
         let seeds = [to_bytes(&c, Some(&key)), to_bytes(&c, None)];
-        let mut seed = 0x853c_49e6_748f_ea9b_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::testing::xorshift(0x853c_49e6_748f_ea9b_u64);
         for _ in 0..50_000 {
             let mut bytes = seeds[(next() % 2) as usize].clone();
             for _ in 0..1 + next() % 3 {

@@ -88,13 +88,7 @@ mod tests {
                 .collect()
         }
         let alphabet: Vec<char> = "as=;, \t\"é€\u{1F600}".chars().collect();
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = crate::testing::xorshift(0x9e37_79b9_7f4a_7c15_u64);
         for _ in 0..20_000 {
             let len = (next() % 20) as usize;
             let header: alloc::string::String = (0..len)
