@@ -423,3 +423,42 @@ async fn envoy_fails_over_through_aggregate_services() {
     assert!(control.nacks_none(), "{}", control.stderr());
     drop(envoy);
 }
+
+/// SIGHUP reloads the file at once, without waiting for the next poll; a bad
+/// file sent the same way is rejected and the last good version kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_file_without_waiting_for_the_poll() {
+    let a: SocketAddr = "127.0.0.1:18001".parse().unwrap();
+    let b: SocketAddr = "127.0.0.1:18002".parse().unwrap();
+    // An hour between polls: only the signal can cause a reload here.
+    let control = Control::start_polling(&config(free_port(), &[(a, "HEALTHY")]), 3_600_000).await;
+    control.write(&config(free_port(), &[(a, "HEALTHY"), (b, "HEALTHY")]));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !control.stderr().contains("serving version 2"),
+        "reloaded before the signal: {}",
+        control.stderr()
+    );
+    control.hangup().await;
+    assert!(
+        control
+            .wait_log("serving version 2", Duration::from_secs(5))
+            .await,
+        "no reload after SIGHUP: {}",
+        control.stderr()
+    );
+
+    control.write("services: [ {name: broken\n");
+    control.hangup().await;
+    assert!(
+        control
+            .wait_log(
+                "still serving the last good version",
+                Duration::from_secs(5)
+            )
+            .await,
+        "a bad file after SIGHUP was not rejected: {}",
+        control.stderr()
+    );
+    assert!(!control.stderr().contains("serving version 3"));
+}

@@ -64,12 +64,8 @@ async fn run(args: Args) -> i32 {
         }
     };
     let addr = listener.local_addr().unwrap_or(args.listen);
-    println!("listening on {addr}");
-    eprintln!(
-        "tether-control: serving {} version {} on {addr}",
-        args.config.display(),
-        plane.snapshot().version
-    );
+    // Watch (and take SIGHUP) before announcing the address: whoever waits
+    // for that line may signal at once.
     tokio::spawn(
         reloader.run(Duration::from_millis(args.poll_ms.max(10)), |r| match r {
             Reload::Published(v) => eprintln!("tether-control: reloaded, serving version {v}"),
@@ -78,6 +74,12 @@ async fn run(args: Args) -> i32 {
             }
             Reload::Unchanged => {}
         }),
+    );
+    println!("listening on {addr}");
+    eprintln!(
+        "tether-control: serving {} version {} on {addr}",
+        args.config.display(),
+        plane.snapshot().version
     );
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;

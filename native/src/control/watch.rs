@@ -123,30 +123,40 @@ impl Reloader {
         }
     }
 
-    /// Polls the file every `interval` and reloads on SIGHUP, forever,
-    /// reporting each outcome to `report`.
-    pub async fn run(mut self, interval: Duration, mut report: impl FnMut(&Reload) + Send) {
+    /// Polls the file every `interval` (the first poll one interval from
+    /// now: the file was just loaded) and reloads on SIGHUP, forever,
+    /// reporting each outcome to `report`. The SIGHUP handler is installed
+    /// before this returns, so a signal sent once it has returned is never
+    /// lost (nor, by default, fatal). Must be called within a Tokio runtime.
+    pub fn run(
+        mut self,
+        interval: Duration,
+        mut report: impl FnMut(&Reload) + Send + 'static,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
         #[cfg(unix)]
         let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            #[cfg(unix)]
-            {
-                let forced = tokio::select! {
-                    _ = tick.tick() => false,
-                    Some(()) = recv_opt(&mut hup) => true,
-                };
-                if forced {
-                    // A signal re-reads even unchanged content.
-                    self.last_text = None;
+        async move {
+            let mut tick =
+                tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                #[cfg(unix)]
+                {
+                    let forced = tokio::select! {
+                        _ = tick.tick() => false,
+                        Some(()) = recv_opt(&mut hup) => true,
+                    };
+                    if forced {
+                        // A signal re-reads even unchanged content.
+                        self.last_text = None;
+                    }
                 }
-            }
-            #[cfg(not(unix))]
-            tick.tick().await;
-            let outcome = self.reload();
-            if outcome != Reload::Unchanged {
-                report(&outcome);
+                #[cfg(not(unix))]
+                tick.tick().await;
+                let outcome = self.reload();
+                if outcome != Reload::Unchanged {
+                    report(&outcome);
+                }
             }
         }
     }

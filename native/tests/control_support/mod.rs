@@ -42,15 +42,23 @@ pub struct Control {
 }
 
 impl Control {
-    /// Writes `yaml` and starts the binary on a free port.
+    /// Writes `yaml` and starts the binary on a free port, polling the file
+    /// every 50 ms.
     pub async fn start(yaml: &str) -> Control {
+        Control::start_polling(yaml, 50).await
+    }
+
+    /// As [`Control::start`], polling the file every `poll_ms`.
+    pub async fn start_polling(yaml: &str, poll_ms: u64) -> Control {
         let dir = TempDir::new("control");
         let config = dir.0.join("tether.yaml");
         std::fs::write(&config, yaml).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_tether-control"))
             .arg("--config")
             .arg(&config)
-            .args(["--listen", "127.0.0.1:0", "--poll-ms", "50", "-v"])
+            .args(["--listen", "127.0.0.1:0", "--poll-ms"])
+            .arg(poll_ms.to_string())
+            .arg("-v")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -116,6 +124,17 @@ impl Control {
     /// Whether no client NACKed anything (the server logs NACKs).
     pub fn nacks_none(&self) -> bool {
         !self.stderr().contains("NACK")
+    }
+
+    /// Sends SIGHUP (through `kill(1)`, to keep the tests free of libc).
+    pub async fn hangup(&self) {
+        let pid = self.child.id().expect("tether-control is running");
+        let status = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .await
+            .expect("run kill");
+        assert!(status.success(), "kill -HUP {pid}: {status}");
     }
 
     /// Kills the process.
