@@ -4,9 +4,11 @@
 use serde_json::Value;
 use std::process::Command;
 
-fn tether(args: &[&str]) -> (i32, Value, String) {
+/// Runs `tether` with the words of `line` as its arguments, as a shell
+/// would split them (no argument here contains a space).
+fn tether(line: &str) -> (i32, Value, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(args)
+        .args(line.split_whitespace())
         .output()
         .expect("run tether");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -22,47 +24,24 @@ const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="; // 32 bytes
 
 #[test]
 fn decodes_an_envoy_cookie_as_envoy_sets_it() {
-    let (code, j, _) = tether(&[
-        "cookie",
-        "decode",
-        "\"Cg8xMjcuMC4wLjE6MTkwMDIQibCL2AY=\"",
-        "--now",
-        "1795348489",
-    ]);
+    let (code, j, _) =
+        tether("cookie decode \"Cg8xMjcuMC4wLjE6MTkwMDIQibCL2AY=\" --now 1795348489");
     assert_eq!(code, 0);
     assert_eq!(j["format"], "envoy");
     assert_eq!(j["addresses"][0], "127.0.0.1:19002");
     assert_eq!(j["expires"], 1795348489);
     assert_eq!(j["expired"], false);
     assert_eq!(j["quoted"], true);
-    let (_, later, _) = tether(&[
-        "cookie",
-        "decode",
-        "Cg8xMjcuMC4wLjE6MTkwMDIQibCL2AY=",
-        "--now",
-        "1795348490",
-    ]);
+    let (_, later, _) = tether("cookie decode Cg8xMjcuMC4wLjE6MTkwMDIQibCL2AY= --now 1795348490");
     assert_eq!(later["expired"], true);
 }
 
 #[test]
 fn encodes_byte_identical_grpc_and_renders_c_cores_set_cookie() {
-    let (code, j, _) = tether(&[
-        "cookie",
-        "encode",
-        "--address",
-        "127.0.0.1:41271",
-        "--cluster",
-        "cluster-ssa",
-        "--format",
-        "grpc",
-        "--ttl",
-        "60",
-        "--name",
-        "grpc-session",
-        "--path",
-        "/",
-    ]);
+    let (code, j, _) = tether(
+        "cookie encode --address 127.0.0.1:41271 --cluster cluster-ssa --format grpc \
+         --ttl 60 --name grpc-session --path /",
+    );
     assert_eq!(code, 0);
     assert_eq!(j["value"], "MTI3LjAuMC4xOjQxMjcxO2NsdXN0ZXItc3Nh");
     assert_eq!(
@@ -73,24 +52,10 @@ fn encodes_byte_identical_grpc_and_renders_c_cores_set_cookie() {
 
 #[test]
 fn envoy_encode_with_ttl_and_list_round_trips() {
-    let (code, j, _) = tether(&[
-        "cookie",
-        "encode",
-        "--address",
-        "10.0.0.1:80",
-        "--address",
-        "[2001:db8::1]:80",
-        "--cluster",
-        "c",
-        "--ttl",
-        "120s",
-        "--now",
-        "1000",
-        "--name",
-        "global-session-cookie",
-        "--path",
-        "/",
-    ]);
+    let (code, j, _) = tether(
+        "cookie encode --address 10.0.0.1:80 --address [2001:db8::1]:80 --cluster c \
+         --ttl 120s --now 1000 --name global-session-cookie --path /",
+    );
     assert_eq!(code, 0);
     assert_eq!(j["expires"], 1120);
     let v = j["value"].as_str().unwrap();
@@ -98,7 +63,7 @@ fn envoy_encode_with_ttl_and_list_round_trips() {
         j["set_cookie"],
         format!("global-session-cookie=\"{v}\"; Max-Age=120; Path=/; HttpOnly").as_str()
     );
-    let (_, d, _) = tether(&["cookie", "decode", v, "--now", "1000"]);
+    let (_, d, _) = tether(&format!("cookie decode {v} --now 1000"));
     assert_eq!(
         d["addresses"],
         serde_json::json!(["10.0.0.1:80", "[2001:db8::1]:80"])
@@ -109,71 +74,48 @@ fn envoy_encode_with_ttl_and_list_round_trips() {
 
 #[test]
 fn signed_cookies_verify_only_with_the_key() {
-    let (_, j, _) = tether(&["cookie", "encode", "--address", "127.0.0.1:1", "--key", KEY]);
+    let (_, j, _) = tether(&format!("cookie encode --address 127.0.0.1:1 --key {KEY}"));
     assert_eq!(j["signed"], true);
     let v = j["value"].as_str().unwrap();
-    let (_, ok, _) = tether(&["cookie", "decode", v, "--key", KEY]);
+    let (_, ok, _) = tether(&format!("cookie decode {v} --key {KEY}"));
     assert_eq!(ok["signature"], "valid");
     assert_eq!(ok["key"], 0);
     let other = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
-    let (_, bad, _) = tether(&["cookie", "decode", v, "--key", other]);
+    let (_, bad, _) = tether(&format!("cookie decode {v} --key {other}"));
     assert_eq!(bad["signature"], "invalid");
-    let (_, rotated, _) = tether(&["cookie", "decode", v, "--key", other, "--key", KEY]);
+    let (_, rotated, _) = tether(&format!("cookie decode {v} --key {other} --key {KEY}"));
     assert_eq!(rotated["key"], 1);
-    let (_, unchecked, _) = tether(&["cookie", "decode", v]);
+    let (_, unchecked, _) = tether(&format!("cookie decode {v}"));
     assert_eq!(unchecked["signature"], "unchecked");
 }
 
 #[test]
 fn errors_name_the_option_and_the_value() {
-    let (code, _, err) = tether(&["cookie", "encode", "--address", "localhost:80"]);
+    let (code, _, err) = tether("cookie encode --address localhost:80");
     assert_eq!(code, 1);
     assert!(
         err.contains("--address[0]") && err.contains("\"localhost:80\""),
         "{err}"
     );
-    let (code, _, err) = tether(&["cookie", "encode", "--address", "127.0.0.1:1", "--ttl=-5s"]);
+    let (code, _, err) = tether("cookie encode --address 127.0.0.1:1 --ttl=-5s");
     assert_eq!(code, 1);
     assert!(err.contains("--ttl: \"-5s\" is negative"), "{err}");
-    let (code, _, err) = tether(&[
-        "cookie",
-        "encode",
-        "--address",
-        "127.0.0.1:1",
-        "--format",
-        "legacy",
-        "--cluster",
-        "c",
-    ]);
+    let (code, _, err) = tether("cookie encode --address 127.0.0.1:1 --format legacy --cluster c");
     assert_eq!(code, 1);
     assert!(err.contains("format legacy cannot carry cluster"), "{err}");
-    let (code, _, err) = tether(&[
-        "cookie",
-        "encode",
-        "--address",
-        "127.0.0.1:1",
-        "--key",
-        "c2hvcnQ=",
-    ]);
+    let (code, _, err) = tether("cookie encode --address 127.0.0.1:1 --key c2hvcnQ=");
     assert_eq!(code, 1);
     assert!(
         err.contains("--key[0]") && err.contains("a key needs at least 16"),
         "{err}"
     );
-    let (code, _, err) = tether(&["cookie", "decode", "garbage!"]);
+    let (code, _, err) = tether("cookie decode garbage!");
     assert_eq!(code, 1);
     assert!(
         err.contains("\"garbage!\"") && err.contains("not standard base64"),
         "{err}"
     );
-    let (code, _, err) = tether(&[
-        "cookie",
-        "encode",
-        "--address",
-        "127.0.0.1:1",
-        "--format",
-        "xml",
-    ]);
+    let (code, _, err) = tether("cookie encode --address 127.0.0.1:1 --format xml");
     assert_eq!(code, 2, "clap rejects unknown formats: {err}");
     assert!(err.contains("xml"), "{err}");
 }

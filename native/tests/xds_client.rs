@@ -13,7 +13,7 @@ use tether::xds::client::ResourceStatus;
 use tether::xds::resource::listener::RouteSource;
 use tether::xds::resource::pack;
 use tether::xds::resource::route::{Action, ClusterSpecifier};
-use tether::xds::{Resource, ResourceKind, XdsClient, XdsError};
+use tether::xds::{Resource, ResourceKind, ResourceState, Watcher, XdsClient, XdsError};
 use xds_support::{bootstrap, make, Fixture, Mode, CDS, LDS};
 
 async fn wait<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
@@ -37,6 +37,23 @@ async fn request_matching(
     .await
 }
 
+/// Waits (at most 10 s) until `pred` holds for the watched resource's
+/// state; returns that state.
+async fn state_when(
+    what: &str,
+    watcher: &mut Watcher,
+    pred: impl FnMut(&ResourceState) -> bool,
+) -> ResourceState {
+    wait(what, watcher.wait_for(pred))
+        .await
+        .unwrap_or_else(|| panic!("the client stopped while waiting for {what}"))
+}
+
+/// Waits until the watched resource is present; returns its state.
+async fn with_resource(what: &str, watcher: &mut Watcher) -> ResourceState {
+    state_when(what, watcher, |s| s.resource.is_some()).await
+}
+
 #[tokio::test]
 async fn ack_and_nack_carry_version_and_nonce_and_valid_resources_are_kept() {
     let f = Fixture::start(Mode::Serve).await;
@@ -53,18 +70,14 @@ async fn ack_and_nack_carry_version_and_nonce_and_valid_resources_are_kept() {
     let client = XdsClient::start(bootstrap(f.addr, "proto-node")).unwrap();
     let mut good = client.watch(ResourceKind::Cluster, "good");
     let mut badw = client.watch(ResourceKind::Cluster, "bad");
-    let g = wait("good", good.wait_for(|s| s.resource.is_some()))
-        .await
-        .unwrap();
+    let g = with_resource("good", &mut good).await;
     assert_eq!(
         g.status,
         ResourceStatus::Acked {
             version: v1.clone()
         }
     );
-    let b = wait("bad", badw.wait_for(|s| s.error.is_some()))
-        .await
-        .unwrap();
+    let b = state_when("bad", &mut badw, |s| s.error.is_some()).await;
     let ResourceStatus::Nacked { version, error } = &b.status else {
         panic!("{b:?}")
     };
@@ -96,9 +109,7 @@ async fn ack_and_nack_carry_version_and_nonce_and_valid_resources_are_kept() {
     f.set_resources(CDS, vec![pack(&make::cluster("good")), pack(&bad)]);
     let v2 = f.version().to_string();
     f.push(CDS);
-    let b = wait("fixed", badw.wait_for(|s| s.resource.is_some()))
-        .await
-        .unwrap();
+    let b = with_resource("fixed", &mut badw).await;
     assert_eq!(
         b.status,
         ResourceStatus::Acked {
@@ -116,12 +127,10 @@ async fn ack_and_nack_carry_version_and_nonce_and_valid_resources_are_kept() {
     // Left out of a later CDS response: deleted.
     f.set_resources(CDS, vec![pack(&make::cluster("good"))]);
     f.push(CDS);
-    let b = wait(
-        "deletion",
-        badw.wait_for(|s| s.status == ResourceStatus::DoesNotExist),
-    )
-    .await
-    .unwrap();
+    let b = state_when("deletion", &mut badw, |s| {
+        s.status == ResourceStatus::DoesNotExist
+    })
+    .await;
     assert!(b.resource.is_none());
     assert!(good.current().resource.is_some());
 }
@@ -136,7 +145,7 @@ async fn unsubscribing_sends_the_smaller_set() {
     let client = XdsClient::start(bootstrap(f.addr, "n")).unwrap();
     let mut a = client.watch(ResourceKind::Listener, "a");
     let b = client.watch(ResourceKind::Listener, "b");
-    wait("a", a.wait_for(|s| s.resource.is_some())).await;
+    with_resource("a", &mut a).await;
     request_matching(&f, |r| r.request.resource_names == ["a", "b"]).await;
     drop(b);
     let r = request_matching(&f, |r| {
@@ -189,9 +198,7 @@ async fn reads_the_whole_chain_from_tether_control_and_follows_a_push() {
     };
     let client = XdsClient::start(bootstrap(addr, "proxyless")).unwrap();
     let mut l = client.watch(ResourceKind::Listener, "echo.example");
-    let s = wait("listener", l.wait_for(|s| s.resource.is_some()))
-        .await
-        .unwrap();
+    let s = with_resource("listener", &mut l).await;
     let Some(Resource::Listener(lis)) = s.resource else {
         panic!()
     };
@@ -200,9 +207,7 @@ async fn reads_the_whole_chain_from_tether_control_and_follows_a_push() {
     };
     assert!(lis.http.stateful_session().is_some());
     let mut r = client.watch(ResourceKind::RouteConfiguration, rds);
-    let s = wait("routes", r.wait_for(|s| s.resource.is_some()))
-        .await
-        .unwrap();
+    let s = with_resource("routes", &mut r).await;
     let Some(Resource::RouteConfiguration(rc)) = s.resource else {
         panic!()
     };
@@ -224,9 +229,7 @@ async fn reads_the_whole_chain_from_tether_control_and_follows_a_push() {
         .filter_overrides
         .contains_key("envoy.filters.http.stateful_session"));
     let mut c = client.watch(ResourceKind::Cluster, "echo/session");
-    let s = wait("cluster", c.wait_for(|s| s.resource.is_some()))
-        .await
-        .unwrap();
+    let s = with_resource("cluster", &mut c).await;
     let Some(Resource::Cluster(cl)) = s.resource else {
         panic!()
     };
@@ -236,9 +239,7 @@ async fn reads_the_whole_chain_from_tether_control_and_follows_a_push() {
         "{Healthy, Draining}"
     );
     let mut e = client.watch(ResourceKind::Endpoints, cl.eds_name().unwrap());
-    let s = wait("endpoints", e.wait_for(|s| s.resource.is_some()))
-        .await
-        .unwrap();
+    let s = with_resource("endpoints", &mut e).await;
     let Some(Resource::Endpoints(eds)) = s.resource else {
         panic!()
     };
@@ -254,17 +255,13 @@ async fn reads_the_whole_chain_from_tether_control_and_follows_a_push() {
     let changed = YAML.replace("health: DRAINING, ", "");
     let v = plane.publish(translate(&Config::parse(&changed).unwrap()));
     assert_eq!(v, 2);
-    let s = wait(
-        "the update",
-        e.wait_for(|s| {
-            s.status
-                == ResourceStatus::Acked {
-                    version: "2".into(),
-                }
-        }),
-    )
-    .await
-    .unwrap();
+    let s = state_when("the update", &mut e, |s| {
+        s.status
+            == ResourceStatus::Acked {
+                version: "2".into(),
+            }
+    })
+    .await;
     let Some(Resource::Endpoints(eds)) = s.resource else {
         panic!()
     };

@@ -588,17 +588,22 @@ fn idle_timeout_comes_from_upstream_config() {
     );
 }
 
+/// A `ring_hash_lb_config` with these minimum and maximum ring sizes.
+fn ring_hash(min: Option<u64>, max: Option<u64>) -> Option<cpb::cluster::LbConfig> {
+    Some(cpb::cluster::LbConfig::RingHashLbConfig(
+        cpb::cluster::RingHashLbConfig {
+            minimum_ring_size: min.map(|value| pb::UInt64Value { value }),
+            maximum_ring_size: max.map(|value| pb::UInt64Value { value }),
+            ..Default::default()
+        },
+    ))
+}
+
 #[test]
 fn ring_hash_sizes_and_other_cluster_errors() {
     let mut c = eds_cluster();
     c.lb_policy = cpb::cluster::LbPolicy::RingHash as i32;
-    c.lb_config = Some(cpb::cluster::LbConfig::RingHashLbConfig(
-        cpb::cluster::RingHashLbConfig {
-            minimum_ring_size: Some(pb::UInt64Value { value: 2048 }),
-            maximum_ring_size: Some(pb::UInt64Value { value: 4096 }),
-            ..Default::default()
-        },
-    ));
+    c.lb_config = ring_hash(Some(2048), Some(4096));
     assert_eq!(
         cluster_ok(&c).lb_policy,
         LbPolicy::RingHash {
@@ -606,23 +611,12 @@ fn ring_hash_sizes_and_other_cluster_errors() {
             max_ring_size: 4096
         }
     );
-    c.lb_config = Some(cpb::cluster::LbConfig::RingHashLbConfig(
-        cpb::cluster::RingHashLbConfig {
-            minimum_ring_size: Some(pb::UInt64Value { value: 9_000_000 }),
-            ..Default::default()
-        },
-    ));
+    c.lb_config = ring_hash(Some(9_000_000), None);
     assert_eq!(
         errors(ResourceKind::Cluster, &pack(&c)),
         ["ring_hash_lb_config.minimum_ring_size: 9000000 must be in the range of 1 to 8388608"]
     );
-    c.lb_config = Some(cpb::cluster::LbConfig::RingHashLbConfig(
-        cpb::cluster::RingHashLbConfig {
-            minimum_ring_size: Some(pb::UInt64Value { value: 100 }),
-            maximum_ring_size: Some(pb::UInt64Value { value: 10 }),
-            ..Default::default()
-        },
-    ));
+    c.lb_config = ring_hash(Some(100), Some(10));
     assert_eq!(
         errors(ResourceKind::Cluster, &pack(&c)),
         ["ring_hash_lb_config.minimum_ring_size: 100 is above maximum_ring_size 10"]
@@ -737,6 +731,11 @@ fn cla(localities: Vec<epb::LocalityLbEndpoints>) -> Any {
     })
 }
 
+/// What is wrong with a `ClusterLoadAssignment` of `localities`.
+fn cla_errors(localities: Vec<epb::LocalityLbEndpoints>) -> Vec<String> {
+    errors(ResourceKind::Endpoints, &cla(localities))
+}
+
 #[test]
 fn endpoints_priorities_localities_health_and_addresses() {
     let any = cla(vec![
@@ -810,45 +809,33 @@ fn endpoints_priorities_localities_health_and_addresses() {
 #[test]
 fn endpoint_errors_name_the_field() {
     assert_eq!(
-        errors(
-            ResourceKind::Endpoints,
-            &cla(vec![locality(
-                "a",
-                1,
-                Some(1),
-                vec![lb_endpoint("10.0.0.1", 80, 1, None, &[])]
-            )])
-        ),
+        cla_errors(vec![locality(
+            "a",
+            1,
+            Some(1),
+            vec![lb_endpoint("10.0.0.1", 80, 1, None, &[])]
+        )]),
         ["endpoints: [1] sparse priority list"]
     );
     assert_eq!(
-        errors(
-            ResourceKind::Endpoints,
-            &cla(vec![locality(
-                "a",
-                0,
-                Some(1),
-                vec![lb_endpoint("10.0.0.1", 80, 1, Some(0), &[])]
-            )])
-        ),
+        cla_errors(vec![locality(
+            "a",
+            0,
+            Some(1),
+            vec![lb_endpoint("10.0.0.1", 80, 1, Some(0), &[])]
+        )]),
         ["endpoints[0].lb_endpoints[0].load_balancing_weight: 0 must be greater than 0"]
     );
     assert_eq!(
-        errors(ResourceKind::Endpoints, &cla(vec![locality("a", 0, Some(1), vec![lb_endpoint("host.example", 80, 1, None, &[])])])),
+        cla_errors(vec![locality("a", 0, Some(1), vec![lb_endpoint("host.example", 80, 1, None, &[])])]),
         ["endpoints[0].lb_endpoints[0].endpoint.address.socket_address.address: \"host.example\" is not an IP address"]
     );
     assert_eq!(
-        errors(
-            ResourceKind::Endpoints,
-            &cla(vec![locality("a", 0, Some(1), vec![lb_endpoint("10.0.0.1", 80, 1, None, &[]), lb_endpoint("10.0.0.1", 80, 1, None, &[])])])
-        ),
+        cla_errors(vec![locality("a", 0, Some(1), vec![lb_endpoint("10.0.0.1", 80, 1, None, &[]), lb_endpoint("10.0.0.1", 80, 1, None, &[])])]),
         ["endpoints[0].lb_endpoints[1].endpoint: \"10.0.0.1:80\" is a duplicate endpoint address"]
     );
     assert_eq!(
-        errors(
-            ResourceKind::Endpoints,
-            &cla(vec![locality("a", 0, Some(1), vec![]), locality("a", 0, Some(2), vec![])])
-        ),
+        cla_errors(vec![locality("a", 0, Some(1), vec![]), locality("a", 0, Some(2), vec![])]),
         ["endpoints[1].locality: duplicate locality {region=\"r\", zone=\"a\", sub_zone=\"\"} in priority 0"]
     );
 }

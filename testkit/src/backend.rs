@@ -13,20 +13,77 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use std::convert::Infallible;
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::task::{JoinHandle, JoinSet};
 
-/// A running backend; stopped on drop.
-pub struct HttpBackend {
+/// A running backend that serves protocol `P` ([`Http`], or
+/// `grpc::Grpc` with the feature `grpc`); stopped on drop.
+pub struct Backend<P> {
     name: String,
     addr: SocketAddr,
     hits: Arc<AtomicU64>,
     task: Mutex<Option<JoinHandle<()>>>,
+    protocol: PhantomData<P>,
 }
 
-impl HttpBackend {
+/// HTTP/1.1 and HTTP/2 (prior knowledge), answered as the module says.
+pub enum Http {}
+
+/// A running HTTP backend.
+pub type HttpBackend = Backend<Http>;
+
+impl<P> Backend<P> {
+    /// A backend called `name` at `addr`, served by `task`, which counts
+    /// what it serves in `hits`.
+    pub(crate) fn new(
+        name: &str,
+        addr: SocketAddr,
+        hits: Arc<AtomicU64>,
+        task: JoinHandle<()>,
+    ) -> Backend<P> {
+        Backend {
+            name: name.to_string(),
+            addr,
+            hits,
+            task: Mutex::new(Some(task)),
+            protocol: PhantomData,
+        }
+    }
+
+    /// Its address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Requests (gRPC: calls) served so far.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Stops serving: aborts the task that owns the listener (for HTTP,
+    /// and every open connection).
+    pub fn stop(&self) {
+        if let Some(t) = self.task.lock().expect("lock").take() {
+            t.abort();
+        }
+    }
+}
+
+impl<P> Drop for Backend<P> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Backend<Http> {
     /// Starts a backend called `name` on a random 127.0.0.1 port.
     pub async fn start(name: &str) -> HttpBackend {
         Self::start_on(name, "127.0.0.1:0".parse().expect("addr")).await
@@ -57,40 +114,7 @@ impl HttpBackend {
                 while conns.try_join_next().is_some() {}
             }
         });
-        HttpBackend {
-            name: name.to_string(),
-            addr,
-            hits,
-            task: Mutex::new(Some(task)),
-        }
-    }
-
-    /// Its address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Its name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Requests served so far.
-    pub fn hits(&self) -> u64 {
-        self.hits.load(Ordering::SeqCst)
-    }
-
-    /// Closes the listener and all connections.
-    pub fn stop(&self) {
-        if let Some(t) = self.task.lock().expect("lock").take() {
-            t.abort();
-        }
-    }
-}
-
-impl Drop for HttpBackend {
-    fn drop(&mut self) {
-        self.stop();
+        Backend::new(name, addr, hits, task)
     }
 }
 

@@ -172,6 +172,56 @@ fn read_addr(path: &Path) -> Option<SocketAddr> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// The YAML of an Envoy that routes every request on 127.0.0.1:`listen`,
+/// with the route's `hash_policy` (a JSON list, `[]` for none), to the
+/// STATIC cluster `backends` balanced by `lb_policy`; its admin listener is
+/// on port 0. `lb_endpoints` stands right after the key `lb_endpoints:`: a
+/// flow list (` [...]`), or block items, each on a new line indented by
+/// eight spaces.
+pub fn one_cluster_yaml(
+    listen: u16,
+    hash_policy: &str,
+    lb_policy: &str,
+    lb_endpoints: &str,
+) -> String {
+    format!(
+        r#"
+admin:
+  address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
+static_resources:
+  listeners:
+  - address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: one_cluster
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{ prefix: "/" }}
+                route:
+                  cluster: backends
+                  hash_policy: {hash_policy}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: backends
+    type: STATIC
+    lb_policy: {lb_policy}
+    load_assignment:
+      cluster_name: backends
+      endpoints:
+      - lb_endpoints:{lb_endpoints}
+"#
+    )
+}
+
 /// Runs `envoy --mode validate` on `yaml`; `Err` carries Envoy's output.
 pub async fn validate(yaml: &str) -> Result<(), String> {
     let dir = TempDir::new("validate")?;

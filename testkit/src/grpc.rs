@@ -7,25 +7,23 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tether_proto::demo::v1::echo_server::{Echo, EchoServer};
 pub use tether_proto::demo::v1::{EchoReply, EchoRequest};
-use tokio::task::JoinHandle;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::Server;
 use tonic::{Request, Response, Status};
 
+use crate::backend::Backend;
 pub use tether_proto::demo::v1::echo_client::EchoClient;
 
-/// A running gRPC backend; stopped on drop.
-pub struct GrpcBackend {
-    name: String,
-    addr: SocketAddr,
-    served: Arc<AtomicU64>,
-    task: Mutex<Option<JoinHandle<()>>>,
-}
+/// The demo service `tether.demo.v1.Echo` over gRPC.
+pub enum Grpc {}
 
-impl GrpcBackend {
+/// A running gRPC backend; [`Backend::stop`] stops accepting connections.
+pub type GrpcBackend = Backend<Grpc>;
+
+impl Backend<Grpc> {
     /// Starts a backend called `name` on a random 127.0.0.1 port.
     pub async fn start(name: &str) -> GrpcBackend {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -44,40 +42,7 @@ impl GrpcBackend {
                 .serve_with_incoming(EchoServer::new(svc), incoming)
                 .await;
         });
-        GrpcBackend {
-            name: name.to_string(),
-            addr,
-            served,
-            task: Mutex::new(Some(task)),
-        }
-    }
-
-    /// Its address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// Its name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// Calls served so far.
-    pub fn hits(&self) -> u64 {
-        self.served.load(Ordering::SeqCst)
-    }
-
-    /// Stops accepting connections.
-    pub fn stop(&self) {
-        if let Some(t) = self.task.lock().expect("lock").take() {
-            t.abort();
-        }
-    }
-}
-
-impl Drop for GrpcBackend {
-    fn drop(&mut self) {
-        self.stop();
+        Backend::new(name, addr, served, task)
     }
 }
 

@@ -6,42 +6,12 @@ use tether_testkit::backend::HttpBackend;
 use tether_testkit::{client, envoy, free_port, is_listening};
 
 fn proxy_yaml(listen: u16, backend: std::net::SocketAddr) -> String {
-    format!(
-        r#"
-admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
-static_resources:
-  listeners:
-  - address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: smoke
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: "/" }}
-                route: {{ cluster: backends }}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: backends
-    type: STATIC
-    load_assignment:
-      cluster_name: backends
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: {ip}, port_value: {port} }} }} }}
-"#,
-        ip = backend.ip(),
-        port = backend.port()
-    )
+    let endpoint = format!(
+        " [{{ endpoint: {{ address: {{ socket_address: {{ address: {}, port_value: {} }} }} }} }}]",
+        backend.ip(),
+        backend.port()
+    );
+    envoy::one_cluster_yaml(listen, "[]", "ROUND_ROBIN", &endpoint)
 }
 
 #[tokio::test]

@@ -200,35 +200,39 @@ pub fn native_cookie_filter(ttl: Option<&str>, strict: bool) -> Value {
     if let Some(ttl) = ttl {
         cookie["ttl"] = json!(ttl);
     }
-    json!({
-        "name": "envoy.filters.http.stateful_session",
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.stateful_session.v3.StatefulSession",
-            "strict": strict,
-            "session_state": {
-                "name": "envoy.http.stateful_session.cookie",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.http.stateful_session.cookie.v3.CookieBasedSessionState",
-                    "cookie": cookie
-                }
-            }
-        }
-    })
+    native_filter(
+        strict,
+        "cookie",
+        json!({
+            "@type": "type.googleapis.com/envoy.extensions.http.stateful_session.cookie.v3.CookieBasedSessionState",
+            "cookie": cookie
+        }),
+    )
 }
 
 /// Envoy's own stateful_session filter in header mode, reading `header`.
 pub fn native_header_filter(header: &str, strict: bool) -> Value {
+    native_filter(
+        strict,
+        "header",
+        json!({
+            "@type": "type.googleapis.com/envoy.extensions.http.stateful_session.header.v3.HeaderBasedSessionState",
+            "name": header
+        }),
+    )
+}
+
+/// Envoy's stateful_session filter with the session state extension
+/// `envoy.http.stateful_session.<state>` configured by `state_config`.
+fn native_filter(strict: bool, state: &str, state_config: Value) -> Value {
     json!({
         "name": "envoy.filters.http.stateful_session",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.stateful_session.v3.StatefulSession",
             "strict": strict,
             "session_state": {
-                "name": "envoy.http.stateful_session.header",
-                "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.http.stateful_session.header.v3.HeaderBasedSessionState",
-                    "name": header
-                }
+                "name": format!("envoy.http.stateful_session.{state}"),
+                "typed_config": state_config
             }
         }
     })

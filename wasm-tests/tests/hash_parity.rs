@@ -23,7 +23,7 @@ use tether_core::hash::{
 use tether_core::http::set_cookie::{CookieSpec, Style};
 use tether_testkit::backend::HttpBackend;
 use tether_testkit::client::Connection;
-use tether_testkit::envoy::Envoy;
+use tether_testkit::envoy::{one_cluster_yaml, Envoy};
 use tether_testkit::free_port;
 
 /// Weights of the six backends, deliberately unequal.
@@ -81,45 +81,6 @@ struct Fixture {
     policies: HashPolicies,
 }
 
-fn yaml(listen: u16, lb_policy: &str, hash_policy: &str, endpoints: &str) -> String {
-    format!(
-        r#"
-admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }}
-static_resources:
-  listeners:
-  - address: {{ socket_address: {{ address: 127.0.0.1, port_value: {listen} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: hash_parity
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: "/" }}
-                route:
-                  cluster: backends
-                  hash_policy: {hash_policy}
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: backends
-    type: STATIC
-    lb_policy: {lb_policy}
-    load_assignment:
-      cluster_name: backends
-      endpoints:
-      - lb_endpoints:{endpoints}
-"#
-    )
-}
-
 impl Fixture {
     async fn start(lb_policy: &str, hash_policy_json: &str) -> Fixture {
         Fixture::start_with(lb_policy, hash_policy_json, false).await
@@ -160,7 +121,7 @@ impl Fixture {
         let policies = HashPolicies::from_json(hash_policy_json, Peer::Envoy)
             .unwrap_or_else(|e| panic!("hash policy {hash_policy_json}: {e}"));
         let port = free_port();
-        let config = yaml(port, lb_policy, hash_policy_json, &endpoints);
+        let config = one_cluster_yaml(port, hash_policy_json, lb_policy, &endpoints);
         let envoy = Envoy::start(&config)
             .await
             .unwrap_or_else(|e| panic!("envoy: {e}\n{config}"));

@@ -146,20 +146,7 @@ struct Svc {
 impl Fixture {
     /// Starts on a free port.
     pub async fn start(mode: Mode) -> Fixture {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let f = Fixture {
-            addr,
-            state: Arc::new(Mutex::new(State {
-                mode: Some(mode),
-                version: 1,
-                ..Default::default()
-            })),
-            kill: Arc::new(Mutex::new(Arc::new(Kill::default()))),
-            task: Arc::new(Mutex::new(None)),
-        };
-        f.serve(listener);
-        f
+        Fixture::serving(TcpListener::bind("127.0.0.1:0").await.unwrap(), mode)
     }
 
     /// A free port with nothing listening (connections are refused).
@@ -170,9 +157,13 @@ impl Fixture {
 
     /// Starts on `addr` (e.g. one that was refused so far).
     pub async fn start_at(addr: SocketAddr, mode: Mode) -> Fixture {
-        let listener = TcpListener::bind(addr).await.unwrap();
+        Fixture::serving(TcpListener::bind(addr).await.unwrap(), mode)
+    }
+
+    /// A fixture in `mode`, serving on `listener`.
+    fn serving(listener: TcpListener, mode: Mode) -> Fixture {
         let f = Fixture {
-            addr,
+            addr: listener.local_addr().unwrap(),
             state: Arc::new(Mutex::new(State {
                 mode: Some(mode),
                 version: 1,

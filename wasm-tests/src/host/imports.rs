@@ -19,20 +19,12 @@ type R = Result<i32, Error>;
 pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Error> {
     let mut names = Vec::new();
     macro_rules! def {
-        ($name:literal, $f:expr) => {{
-            linker
-                .func_wrap("env", $name, $f)
-                .map_err(|e| Error::new(format!("defining env.{}: {e}", $name)))?;
-            names.push($name);
-        }};
+        ($($import:tt)*) => {
+            define_import!(linker, names, "env", $($import)*)
+        };
     }
 
-    def!("proxy_log", |mut c: C,
-                       level: i32,
-                       ptr: i32,
-                       len: i32|
-     -> R {
-        c.data_mut().count("proxy_log");
+    def!("proxy_log", |mut c: C, level: i32, ptr: i32, len: i32| {
         let Some(level) = LogLevel::from_abi(level) else {
             return Ok(status::BAD_ARGUMENT);
         };
@@ -44,310 +36,272 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
         Ok(status::OK)
     });
 
-    def!("proxy_get_log_level", |mut c: C, ret: i32| -> R {
-        c.data_mut().count("proxy_get_log_level");
+    def!("proxy_get_log_level", |mut c: C, ret: i32| {
         let level = c.data().log_level.to_abi() as u32;
         Ok(ok_or_fault(write_u32(&mut c, ret, level)))
     });
 
-    def!("proxy_get_current_time_nanoseconds", |mut c: C,
-                                                ret: i32|
-     -> R {
-        c.data_mut().count("proxy_get_current_time_nanoseconds");
-        let now = c.data().now_nanos;
-        Ok(ok_or_fault(write_u64(&mut c, ret, now)))
-    });
-
-    def!("proxy_set_tick_period_milliseconds", |mut c: C,
-                                                period: i32|
-     -> R {
-        c.data_mut().count("proxy_set_tick_period_milliseconds");
-        c.data_mut().tick_period_ms = period as u32;
-        Ok(status::OK)
-    });
-
-    def!("proxy_get_buffer_bytes", |mut c: C,
-                                    ty: i32,
-                                    start: i32,
-                                    max: i32,
-                                    ptr_ptr: i32,
-                                    size_ptr: i32|
-     -> R {
-        c.data_mut().count("proxy_get_buffer_bytes");
-        let data = match current_buffer(c.data(), ty) {
-            Ok(d) => d,
-            Err(s) => return Ok(s),
-        };
-        // Sizes are u32 on wasm32; computed in u64 so `start + max` cannot wrap.
-        let (start, max) = (start as u32 as u64, max as u32 as u64);
-        let len = data.len() as u64;
-        let piece = if start >= len {
-            Vec::new()
-        } else {
-            let end = (start + max).min(len);
-            data[start as usize..end as usize].to_vec()
-        };
-        Ok(ok_or_fault(give(&mut c, &piece, ptr_ptr, size_ptr)?))
-    });
-
-    def!("proxy_get_buffer_status", |mut c: C,
-                                     ty: i32,
-                                     len_ptr: i32,
-                                     flags_ptr: i32|
-     -> R {
-        c.data_mut().count("proxy_get_buffer_status");
-        let len = match current_buffer(c.data(), ty) {
-            Ok(d) => d.len() as u32,
-            Err(s) => return Ok(s),
-        };
-        Ok(ok_or_fault(
-            write_u32(&mut c, len_ptr, len) && write_u32(&mut c, flags_ptr, 0),
-        ))
-    });
-
-    def!("proxy_set_buffer_bytes", |mut c: C,
-                                    ty: i32,
-                                    _start: i32,
-                                    _size: i32,
-                                    _ptr: i32,
-                                    _len: i32|
-     -> R {
-        c.data_mut().count("proxy_set_buffer_bytes");
-        if !(0..=buffer::MAX).contains(&ty) {
-            return Ok(status::BAD_ARGUMENT);
+    def!(
+        "proxy_get_current_time_nanoseconds",
+        |mut c: C, ret: i32| {
+            let now = c.data().now_nanos;
+            Ok(ok_or_fault(write_u64(&mut c, ret, now)))
         }
-        // No body buffers are scripted and configurations are read-only.
-        Ok(status::NOT_FOUND)
-    });
+    );
 
-    def!("proxy_get_header_map_pairs", |mut c: C,
-                                        ty: i32,
-                                        ptr_ptr: i32,
-                                        size_ptr: i32|
-     -> R {
-        c.data_mut().count("proxy_get_header_map_pairs");
-        let Some(map) = MapType::from_abi(ty) else {
-            return Ok(status::BAD_ARGUMENT);
-        };
-        // Envoy answers an unavailable map with an empty one, not an error.
-        let pairs = c.data_mut().map(map, false).cloned().unwrap_or_default();
-        let bytes = if pairs.is_empty() {
-            Vec::new()
-        } else {
-            abi::encode_pairs(&pairs)
-        };
-        Ok(ok_or_fault(give(&mut c, &bytes, ptr_ptr, size_ptr)?))
-    });
-
-    def!("proxy_set_header_map_pairs", |mut c: C,
-                                        ty: i32,
-                                        ptr: i32,
-                                        len: i32|
-     -> R {
-        c.data_mut().count("proxy_set_header_map_pairs");
-        let Some(map) = MapType::from_abi(ty) else {
-            return Ok(status::BAD_ARGUMENT);
-        };
-        let Some(bytes) = read(&c, ptr, len) else {
-            return Ok(status::INVALID_MEMORY_ACCESS);
-        };
-        let st = c.data_mut();
-        let pairs = abi::decode_pairs(&bytes).unwrap_or_else(|| {
-            // Envoy reads a malformed map as an empty one and clears the headers.
-            st.violation(format!(
-                "proxy_set_header_map_pairs: malformed map for {map:?}"
-            ));
-            Vec::new()
-        });
-        for (k, v) in &pairs {
-            check_header(st, map, k, v);
+    def!(
+        "proxy_set_tick_period_milliseconds",
+        |mut c: C, period: i32| {
+            c.data_mut().tick_period_ms = period as u32;
+            Ok(status::OK)
         }
-        let Some(target) = st.map(map, true) else {
-            return Ok(status::BAD_ARGUMENT);
-        };
-        *target = pairs.into_iter().map(|(k, v)| (lower(&k), v)).collect();
-        record(st, map, OpKind::SetAll, b"", b"");
-        Ok(status::OK)
-    });
+    );
 
-    def!("proxy_get_header_map_value", |mut c: C,
-                                        ty: i32,
-                                        kptr: i32,
-                                        klen: i32,
-                                        ptr_ptr: i32,
-                                        size_ptr: i32|
-     -> R {
-        c.data_mut().count("proxy_get_header_map_value");
-        let Some(map) = MapType::from_abi(ty) else {
-            return Ok(status::BAD_ARGUMENT);
-        };
-        let Some(key) = read(&c, kptr, klen) else {
-            return Ok(status::INVALID_MEMORY_ACCESS);
-        };
-        let key = lower(&key);
-        let st = c.data_mut();
-        let in_log = st.phase == Phase::Log;
-        let Some(pairs) = st.map(map, false) else {
-            return Ok(if in_log {
-                status::NOT_FOUND
+    def!(
+        "proxy_get_buffer_bytes",
+        |mut c: C, ty: i32, start: i32, max: i32, ptr_ptr: i32, size_ptr: i32| {
+            let data = match current_buffer(c.data(), ty) {
+                Ok(d) => d,
+                Err(s) => return Ok(s),
+            };
+            // Sizes are u32 on wasm32; computed in u64 so `start + max` cannot wrap.
+            let (start, max) = (start as u32 as u64, max as u32 as u64);
+            let len = data.len() as u64;
+            let piece = if start >= len {
+                Vec::new()
             } else {
-                status::BAD_ARGUMENT
+                let end = (start + max).min(len);
+                data[start as usize..end as usize].to_vec()
+            };
+            Ok(ok_or_fault(give(&mut c, &piece, ptr_ptr, size_ptr)?))
+        }
+    );
+
+    def!(
+        "proxy_get_buffer_status",
+        |mut c: C, ty: i32, len_ptr: i32, flags_ptr: i32| {
+            let len = match current_buffer(c.data(), ty) {
+                Ok(d) => d.len() as u32,
+                Err(s) => return Ok(s),
+            };
+            Ok(ok_or_fault(
+                write_u32(&mut c, len_ptr, len) && write_u32(&mut c, flags_ptr, 0),
+            ))
+        }
+    );
+
+    def!(
+        "proxy_set_buffer_bytes",
+        |mut c: C, ty: i32, _start: i32, _size: i32, _ptr: i32, _len: i32| {
+            if !(0..=buffer::MAX).contains(&ty) {
+                return Ok(status::BAD_ARGUMENT);
+            }
+            // No body buffers are scripted and configurations are read-only.
+            Ok(status::NOT_FOUND)
+        }
+    );
+
+    def!(
+        "proxy_get_header_map_pairs",
+        |mut c: C, ty: i32, ptr_ptr: i32, size_ptr: i32| {
+            let Some(map) = MapType::from_abi(ty) else {
+                return Ok(status::BAD_ARGUMENT);
+            };
+            // Envoy answers an unavailable map with an empty one, not an error.
+            let pairs = c.data_mut().map(map, false).cloned().unwrap_or_default();
+            let bytes = if pairs.is_empty() {
+                Vec::new()
+            } else {
+                abi::encode_pairs(&pairs)
+            };
+            Ok(ok_or_fault(give(&mut c, &bytes, ptr_ptr, size_ptr)?))
+        }
+    );
+
+    def!(
+        "proxy_set_header_map_pairs",
+        |mut c: C, ty: i32, ptr: i32, len: i32| {
+            let Some(map) = MapType::from_abi(ty) else {
+                return Ok(status::BAD_ARGUMENT);
+            };
+            let Some(bytes) = read(&c, ptr, len) else {
+                return Ok(status::INVALID_MEMORY_ACCESS);
+            };
+            let st = c.data_mut();
+            let pairs = abi::decode_pairs(&bytes).unwrap_or_else(|| {
+                // Envoy reads a malformed map as an empty one and clears the headers.
+                st.violation(format!(
+                    "proxy_set_header_map_pairs: malformed map for {map:?}"
+                ));
+                Vec::new()
             });
-        };
-        // Envoy returns only the first value of a repeated header.
-        let Some(value) = pairs
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v.clone())
-        else {
-            return Ok(status::NOT_FOUND);
-        };
-        Ok(ok_or_fault(give(&mut c, &value, ptr_ptr, size_ptr)?))
-    });
-
-    def!("proxy_add_header_map_value", |mut c: C,
-                                        ty: i32,
-                                        kptr: i32,
-                                        klen: i32,
-                                        vptr: i32,
-                                        vlen: i32|
-     -> R {
-        c.data_mut().count("proxy_add_header_map_value");
-        change(&mut c, ty, kptr, klen, Some((vptr, vlen)), OpKind::Add)
-    });
-
-    def!("proxy_replace_header_map_value", |mut c: C,
-                                            ty: i32,
-                                            kptr: i32,
-                                            klen: i32,
-                                            vptr: i32,
-                                            vlen: i32|
-     -> R {
-        c.data_mut().count("proxy_replace_header_map_value");
-        change(&mut c, ty, kptr, klen, Some((vptr, vlen)), OpKind::Replace)
-    });
-
-    def!("proxy_remove_header_map_value", |mut c: C,
-                                           ty: i32,
-                                           kptr: i32,
-                                           klen: i32|
-     -> R {
-        c.data_mut().count("proxy_remove_header_map_value");
-        change(&mut c, ty, kptr, klen, None, OpKind::Remove)
-    });
-
-    def!("proxy_get_header_map_size", |mut c: C,
-                                       ty: i32,
-                                       ret: i32|
-     -> R {
-        c.data_mut().count("proxy_get_header_map_size");
-        let Some(map) = MapType::from_abi(ty) else {
-            return Ok(status::BAD_ARGUMENT);
-        };
-        let Some(pairs) = c.data_mut().map(map, false) else {
-            return Ok(status::BAD_ARGUMENT);
-        };
-        let size: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
-        Ok(ok_or_fault(write_u32(&mut c, ret, size as u32)))
-    });
-
-    def!("proxy_get_property", |mut c: C,
-                                pptr: i32,
-                                plen: i32,
-                                ptr_ptr: i32,
-                                size_ptr: i32|
-     -> R {
-        c.data_mut().count("proxy_get_property");
-        let Some(path) = read(&c, pptr, plen) else {
-            return Ok(status::INVALID_MEMORY_ACCESS);
-        };
-        let Some(value) = c.data().property(&path).cloned() else {
-            return Ok(status::NOT_FOUND);
-        };
-        Ok(ok_or_fault(give(&mut c, &value, ptr_ptr, size_ptr)?))
-    });
-
-    def!("proxy_set_property", |mut c: C,
-                                pptr: i32,
-                                plen: i32,
-                                vptr: i32,
-                                vlen: i32|
-     -> R {
-        c.data_mut().count("proxy_set_property");
-        let (Some(path), Some(value)) = (read(&c, pptr, plen), read(&c, vptr, vlen)) else {
-            return Ok(status::INVALID_MEMORY_ACCESS);
-        };
-        let st = c.data_mut();
-        let ctx = st.context();
-        match st.streams.get_mut(&ctx) {
-            Some(s) => {
-                s.set_properties
-                    .push((abi::path_display(&path), value.clone()));
-                s.properties.insert(path, value);
+            for (k, v) in &pairs {
+                check_header(st, map, k, v);
             }
-            None => {
-                st.properties.insert(path, value);
+            let Some(target) = st.map(map, true) else {
+                return Ok(status::BAD_ARGUMENT);
+            };
+            *target = pairs.into_iter().map(|(k, v)| (lower(&k), v)).collect();
+            record(st, map, OpKind::SetAll, b"", b"");
+            Ok(status::OK)
+        }
+    );
+
+    def!(
+        "proxy_get_header_map_value",
+        |mut c: C, ty: i32, kptr: i32, klen: i32, ptr_ptr: i32, size_ptr: i32| {
+            let Some(map) = MapType::from_abi(ty) else {
+                return Ok(status::BAD_ARGUMENT);
+            };
+            let Some(key) = read(&c, kptr, klen) else {
+                return Ok(status::INVALID_MEMORY_ACCESS);
+            };
+            let key = lower(&key);
+            let st = c.data_mut();
+            let in_log = st.phase == Phase::Log;
+            let Some(pairs) = st.map(map, false) else {
+                return Ok(if in_log {
+                    status::NOT_FOUND
+                } else {
+                    status::BAD_ARGUMENT
+                });
+            };
+            // Envoy returns only the first value of a repeated header.
+            let Some(value) = pairs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.clone())
+            else {
+                return Ok(status::NOT_FOUND);
+            };
+            Ok(ok_or_fault(give(&mut c, &value, ptr_ptr, size_ptr)?))
+        }
+    );
+
+    def!(
+        "proxy_add_header_map_value",
+        |mut c: C, ty: i32, kptr: i32, klen: i32, vptr: i32, vlen: i32| {
+            change(&mut c, ty, kptr, klen, Some((vptr, vlen)), OpKind::Add)
+        }
+    );
+
+    def!(
+        "proxy_replace_header_map_value",
+        |mut c: C, ty: i32, kptr: i32, klen: i32, vptr: i32, vlen: i32| {
+            change(&mut c, ty, kptr, klen, Some((vptr, vlen)), OpKind::Replace)
+        }
+    );
+
+    def!(
+        "proxy_remove_header_map_value",
+        |mut c: C, ty: i32, kptr: i32, klen: i32| {
+            change(&mut c, ty, kptr, klen, None, OpKind::Remove)
+        }
+    );
+
+    def!(
+        "proxy_get_header_map_size",
+        |mut c: C, ty: i32, ret: i32| {
+            let Some(map) = MapType::from_abi(ty) else {
+                return Ok(status::BAD_ARGUMENT);
+            };
+            let Some(pairs) = c.data_mut().map(map, false) else {
+                return Ok(status::BAD_ARGUMENT);
+            };
+            let size: usize = pairs.iter().map(|(k, v)| k.len() + v.len()).sum();
+            Ok(ok_or_fault(write_u32(&mut c, ret, size as u32)))
+        }
+    );
+
+    def!(
+        "proxy_get_property",
+        |mut c: C, pptr: i32, plen: i32, ptr_ptr: i32, size_ptr: i32| {
+            let Some(path) = read(&c, pptr, plen) else {
+                return Ok(status::INVALID_MEMORY_ACCESS);
+            };
+            let Some(value) = c.data().property(&path).cloned() else {
+                return Ok(status::NOT_FOUND);
+            };
+            Ok(ok_or_fault(give(&mut c, &value, ptr_ptr, size_ptr)?))
+        }
+    );
+
+    def!(
+        "proxy_set_property",
+        |mut c: C, pptr: i32, plen: i32, vptr: i32, vlen: i32| {
+            let (Some(path), Some(value)) = (read(&c, pptr, plen), read(&c, vptr, vlen)) else {
+                return Ok(status::INVALID_MEMORY_ACCESS);
+            };
+            let st = c.data_mut();
+            let ctx = st.context();
+            match st.streams.get_mut(&ctx) {
+                Some(s) => {
+                    s.set_properties
+                        .push((abi::path_display(&path), value.clone()));
+                    s.properties.insert(path, value);
+                }
+                None => {
+                    st.properties.insert(path, value);
+                }
             }
+            Ok(status::OK)
         }
-        Ok(status::OK)
-    });
+    );
 
-    def!("proxy_send_local_response", |mut c: C,
-                                       code: i32,
-                                       dptr: i32,
-                                       dlen: i32,
-                                       bptr: i32,
-                                       blen: i32,
-                                       hptr: i32,
-                                       hlen: i32,
-                                       grpc: i32|
-     -> R {
-        c.data_mut().count("proxy_send_local_response");
-        let (Some(details), Some(body), Some(headers)) = (
-            read(&c, dptr, dlen),
-            read(&c, bptr, blen),
-            read(&c, hptr, hlen),
-        ) else {
-            return Ok(status::INVALID_MEMORY_ACCESS);
-        };
-        let st = c.data_mut();
-        let headers = abi::decode_pairs(&headers).unwrap_or_else(|| {
-            st.violation("proxy_send_local_response: malformed header map".to_string());
-            Vec::new()
-        });
-        for (k, v) in &headers {
-            check_header(st, MapType::ResponseHeaders, k, v);
+    def!(
+        "proxy_send_local_response",
+        |mut c: C,
+         code: i32,
+         dptr: i32,
+         dlen: i32,
+         bptr: i32,
+         blen: i32,
+         hptr: i32,
+         hlen: i32,
+         grpc: i32| {
+            let (Some(details), Some(body), Some(headers)) = (
+                read(&c, dptr, dlen),
+                read(&c, bptr, blen),
+                read(&c, hptr, hlen),
+            ) else {
+                return Ok(status::INVALID_MEMORY_ACCESS);
+            };
+            let st = c.data_mut();
+            let headers = abi::decode_pairs(&headers).unwrap_or_else(|| {
+                st.violation("proxy_send_local_response: malformed header map".to_string());
+                Vec::new()
+            });
+            for (k, v) in &headers {
+                check_header(st, MapType::ResponseHeaders, k, v);
+            }
+            if !(100..=599).contains(&code) {
+                st.violation(format!("proxy_send_local_response: status {code}"));
+            }
+            let ctx = st.context();
+            let Some(stream) = st.streams.get_mut(&ctx) else {
+                st.violation("proxy_send_local_response outside an HTTP stream".to_string());
+                return Ok(status::BAD_ARGUMENT);
+            };
+            stream.local_response = Some(LocalResponse {
+                status: code as u32,
+                details: String::from_utf8_lossy(&details).into_owned(),
+                body,
+                headers,
+                grpc_status: grpc as u32,
+            });
+            Ok(status::OK)
         }
-        if !(100..=599).contains(&code) {
-            st.violation(format!("proxy_send_local_response: status {code}"));
-        }
-        let ctx = st.context();
-        let Some(stream) = st.streams.get_mut(&ctx) else {
-            st.violation("proxy_send_local_response outside an HTTP stream".to_string());
-            return Ok(status::BAD_ARGUMENT);
-        };
-        stream.local_response = Some(LocalResponse {
-            status: code as u32,
-            details: String::from_utf8_lossy(&details).into_owned(),
-            body,
-            headers,
-            grpc_status: grpc as u32,
-        });
-        Ok(status::OK)
-    });
+    );
 
-    def!("proxy_continue_stream", |mut c: C, ty: i32| -> R {
-        c.data_mut().count("proxy_continue_stream");
+    def!("proxy_continue_stream", |mut c: C, ty: i32| {
         stream_op(c.data_mut(), ty, true)
     });
 
-    def!("proxy_close_stream", |mut c: C, ty: i32| -> R {
-        c.data_mut().count("proxy_close_stream");
+    def!("proxy_close_stream", |mut c: C, ty: i32| {
         stream_op(c.data_mut(), ty, false)
     });
 
-    def!("proxy_done", |mut c: C| -> R {
-        c.data_mut().count("proxy_done");
+    def!("proxy_done", |mut c: C| {
         let st = c.data_mut();
         let ctx = st.context();
         match st.streams.get_mut(&ctx) {
@@ -359,8 +313,7 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
         }
     });
 
-    def!("proxy_set_effective_context", |mut c: C, id: i32| -> R {
-        c.data_mut().count("proxy_set_effective_context");
+    def!("proxy_set_effective_context", |mut c: C, id: i32| {
         let st = c.data_mut();
         let id = id as u32;
         if id == st.root_id || st.streams.contains_key(&id) {
@@ -371,68 +324,56 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
         }
     });
 
-    def!("proxy_call_foreign_function", |mut c: C,
-                                         nptr: i32,
-                                         nlen: i32,
-                                         aptr: i32,
-                                         alen: i32,
-                                         rptr: i32,
-                                         rsize: i32|
-     -> R {
-        c.data_mut().count("proxy_call_foreign_function");
-        let (Some(name), Some(args)) = (read(&c, nptr, nlen), read(&c, aptr, alen)) else {
-            return Ok(status::INVALID_MEMORY_ACCESS);
-        };
-        let name = String::from_utf8_lossy(&name).into_owned();
-        let st = c.data_mut();
-        st.foreign_calls.push(ForeignCall {
-            name: name.clone(),
-            args,
-        });
-        let Some(result) = st.foreign_functions.get(&name).cloned() else {
-            return Ok(status::NOT_FOUND);
-        };
-        if rptr == 0 {
-            return Ok(status::OK);
-        }
-        Ok(ok_or_fault(give(&mut c, &result, rptr, rsize)?))
-    });
-
-    def!("proxy_define_metric", |mut c: C,
-                                 kind: i32,
-                                 nptr: i32,
-                                 nlen: i32,
-                                 id_ptr: i32|
-     -> R {
-        c.data_mut().count("proxy_define_metric");
-        if !(0..=abi::METRIC_TYPE_MAX).contains(&kind) {
-            return Ok(status::BAD_ARGUMENT);
-        }
-        let Some(name) = read(&c, nptr, nlen) else {
-            return Ok(status::INVALID_MEMORY_ACCESS);
-        };
-        let name = String::from_utf8_lossy(&name).into_owned();
-        let st = c.data_mut();
-        let id = match st.metrics.iter().position(|m| m.name == name) {
-            Some(i) => i,
-            None => {
-                st.metrics.push(Metric {
-                    kind,
-                    name,
-                    value: 0,
-                });
-                st.metrics.len() - 1
+    def!(
+        "proxy_call_foreign_function",
+        |mut c: C, nptr: i32, nlen: i32, aptr: i32, alen: i32, rptr: i32, rsize: i32| {
+            let (Some(name), Some(args)) = (read(&c, nptr, nlen), read(&c, aptr, alen)) else {
+                return Ok(status::INVALID_MEMORY_ACCESS);
+            };
+            let name = String::from_utf8_lossy(&name).into_owned();
+            let st = c.data_mut();
+            st.foreign_calls.push(ForeignCall {
+                name: name.clone(),
+                args,
+            });
+            let Some(result) = st.foreign_functions.get(&name).cloned() else {
+                return Ok(status::NOT_FOUND);
+            };
+            if rptr == 0 {
+                return Ok(status::OK);
             }
-        };
-        // Metric ids start at 1 so that 0 never names one.
-        Ok(ok_or_fault(write_u32(&mut c, id_ptr, id as u32 + 1)))
-    });
+            Ok(ok_or_fault(give(&mut c, &result, rptr, rsize)?))
+        }
+    );
 
-    def!("proxy_increment_metric", |mut c: C,
-                                    id: i32,
-                                    delta: i64|
-     -> R {
-        c.data_mut().count("proxy_increment_metric");
+    def!(
+        "proxy_define_metric",
+        |mut c: C, kind: i32, nptr: i32, nlen: i32, id_ptr: i32| {
+            if !(0..=abi::METRIC_TYPE_MAX).contains(&kind) {
+                return Ok(status::BAD_ARGUMENT);
+            }
+            let Some(name) = read(&c, nptr, nlen) else {
+                return Ok(status::INVALID_MEMORY_ACCESS);
+            };
+            let name = String::from_utf8_lossy(&name).into_owned();
+            let st = c.data_mut();
+            let id = match st.metrics.iter().position(|m| m.name == name) {
+                Some(i) => i,
+                None => {
+                    st.metrics.push(Metric {
+                        kind,
+                        name,
+                        value: 0,
+                    });
+                    st.metrics.len() - 1
+                }
+            };
+            // Metric ids start at 1 so that 0 never names one.
+            Ok(ok_or_fault(write_u32(&mut c, id_ptr, id as u32 + 1)))
+        }
+    );
+
+    def!("proxy_increment_metric", |mut c: C, id: i32, delta: i64| {
         let Some(m) = metric(c.data_mut(), id) else {
             return Ok(status::NOT_FOUND);
         };
@@ -443,11 +384,7 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
         Ok(status::OK)
     });
 
-    def!("proxy_record_metric", |mut c: C,
-                                 id: i32,
-                                 value: i64|
-     -> R {
-        c.data_mut().count("proxy_record_metric");
+    def!("proxy_record_metric", |mut c: C, id: i32, value: i64| {
         let Some(m) = metric(c.data_mut(), id) else {
             return Ok(status::NOT_FOUND);
         };
@@ -455,51 +392,42 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
         Ok(status::OK)
     });
 
-    def!("proxy_get_metric", |mut c: C, id: i32, ret: i32| -> R {
-        c.data_mut().count("proxy_get_metric");
+    def!("proxy_get_metric", |mut c: C, id: i32, ret: i32| {
         let Some(value) = metric(c.data_mut(), id).map(|m| m.value) else {
             return Ok(status::NOT_FOUND);
         };
         Ok(ok_or_fault(write_u64(&mut c, ret, value)))
     });
 
-    def!("proxy_get_shared_data", |mut c: C,
-                                   kptr: i32,
-                                   klen: i32,
-                                   ptr_ptr: i32,
-                                   size_ptr: i32,
-                                   cas_ptr: i32|
-     -> R {
-        c.data_mut().count("proxy_get_shared_data");
-        let Some(key) = read(&c, kptr, klen) else {
-            return Ok(status::INVALID_MEMORY_ACCESS);
-        };
-        let Some((value, cas)) = c.data().shared.get(&key).cloned() else {
-            return Ok(status::NOT_FOUND);
-        };
-        let ok = give(&mut c, &value, ptr_ptr, size_ptr)? && write_u32(&mut c, cas_ptr, cas);
-        Ok(ok_or_fault(ok))
-    });
-
-    def!("proxy_set_shared_data", |mut c: C,
-                                   kptr: i32,
-                                   klen: i32,
-                                   vptr: i32,
-                                   vlen: i32,
-                                   cas: i32|
-     -> R {
-        c.data_mut().count("proxy_set_shared_data");
-        let (Some(key), Some(value)) = (read(&c, kptr, klen), read(&c, vptr, vlen)) else {
-            return Ok(status::INVALID_MEMORY_ACCESS);
-        };
-        let shared = &mut c.data_mut().shared;
-        let current = shared.get(&key).map_or(0, |(_, cas)| *cas);
-        if cas != 0 && cas as u32 != current {
-            return Ok(status::CAS_MISMATCH);
+    def!(
+        "proxy_get_shared_data",
+        |mut c: C, kptr: i32, klen: i32, ptr_ptr: i32, size_ptr: i32, cas_ptr: i32| {
+            let Some(key) = read(&c, kptr, klen) else {
+                return Ok(status::INVALID_MEMORY_ACCESS);
+            };
+            let Some((value, cas)) = c.data().shared.get(&key).cloned() else {
+                return Ok(status::NOT_FOUND);
+            };
+            let ok = give(&mut c, &value, ptr_ptr, size_ptr)? && write_u32(&mut c, cas_ptr, cas);
+            Ok(ok_or_fault(ok))
         }
-        shared.insert(key, (value, current.wrapping_add(1).max(1)));
-        Ok(status::OK)
-    });
+    );
+
+    def!(
+        "proxy_set_shared_data",
+        |mut c: C, kptr: i32, klen: i32, vptr: i32, vlen: i32, cas: i32| {
+            let (Some(key), Some(value)) = (read(&c, kptr, klen), read(&c, vptr, vlen)) else {
+                return Ok(status::INVALID_MEMORY_ACCESS);
+            };
+            let shared = &mut c.data_mut().shared;
+            let current = shared.get(&key).map_or(0, |(_, cas)| *cas);
+            if cas != 0 && cas as u32 != current {
+                return Ok(status::CAS_MISMATCH);
+            }
+            shared.insert(key, (value, current.wrapping_add(1).max(1)));
+            Ok(status::OK)
+        }
+    );
 
     Ok(names)
 }

@@ -31,6 +31,28 @@
 //! call to it is [`HostError::MissingImport`] naming it. Each callback runs
 //! on a fuel budget, so an endless loop is a trap, not a hung test.
 
+/// Defines the host function `$module.$name` in `$linker` as the closure
+/// given, which returns `Result<i32, Error>` unless it names another type,
+/// and adds `$name` to `$names`. Every call is first counted under `$name`,
+/// so `Host::call_counts` covers every import alike.
+macro_rules! define_import {
+    ($linker:ident, $names:ident, $module:expr, $name:literal,
+     |mut $c:ident: $cty:ty $(, $arg:ident: $ty:ty)* $(,)?| -> $ret:ty $body:block) => {{
+        $linker
+            .func_wrap($module, $name, |mut $c: $cty $(, $arg: $ty)*| -> $ret {
+                $c.data_mut().count($name);
+                $body
+            })
+            .map_err(|e| wasmi::Error::new(format!("defining {}.{}: {e}", $module, $name)))?;
+        $names.push($name);
+    }};
+    ($linker:ident, $names:ident, $module:expr, $name:literal,
+     |mut $c:ident: $cty:ty $(, $arg:ident: $ty:ty)* $(,)?| $body:block) => {
+        define_import!($linker, $names, $module, $name,
+            |mut $c: $cty $(, $arg: $ty)*| -> Result<i32, wasmi::Error> $body)
+    };
+}
+
 mod abi;
 mod artifact;
 mod guest;
@@ -653,11 +675,7 @@ impl Stream<'_> {
         headers: &[(&str, &str)],
         end_of_stream: bool,
     ) -> Result<Action, HostError> {
-        let pairs: Vec<(&[u8], &[u8])> = headers
-            .iter()
-            .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
-            .collect();
-        self.request_headers_bytes(&pairs, end_of_stream)
+        self.request_headers_bytes(&as_bytes(headers), end_of_stream)
     }
 
     /// [`Stream::request_headers`] with arbitrary bytes (Envoy passes
@@ -667,23 +685,7 @@ impl Stream<'_> {
         headers: &[(&[u8], &[u8])],
         end_of_stream: bool,
     ) -> Result<Action, HostError> {
-        let pairs: Pairs = headers
-            .iter()
-            .map(|(k, v)| (state::lower(k), v.to_vec()))
-            .collect();
-        let n = pairs.len() as i32;
-        let rec = self.record_mut();
-        rec.request_headers = pairs;
-        rec.request_seen = true;
-        let r = self.host.call(
-            "proxy_on_request_headers",
-            self.id,
-            Phase::RequestHeaders,
-            &[self.id as i32, n, end_of_stream as i32],
-        )?;
-        let action = r.map_or(Action::Continue, Action::from_abi);
-        self.record_mut().request_paused = action == Action::Pause;
-        Ok(action)
+        self.headers_callback(true, headers, end_of_stream)
     }
 
     /// Calls `proxy_on_response_headers` with `headers`.
@@ -692,16 +694,24 @@ impl Stream<'_> {
         headers: &[(&str, &str)],
         end_of_stream: bool,
     ) -> Result<Action, HostError> {
-        let pairs: Vec<(&[u8], &[u8])> = headers
-            .iter()
-            .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
-            .collect();
-        self.response_headers_bytes(&pairs, end_of_stream)
+        self.response_headers_bytes(&as_bytes(headers), end_of_stream)
     }
 
     /// [`Stream::response_headers`] with arbitrary bytes.
     pub fn response_headers_bytes(
         &mut self,
+        headers: &[(&[u8], &[u8])],
+        end_of_stream: bool,
+    ) -> Result<Action, HostError> {
+        self.headers_callback(false, headers, end_of_stream)
+    }
+
+    /// Stores the request's (or the response's) `headers` in the record,
+    /// calls the plugin's headers callback for that side and records
+    /// whether it paused the stream.
+    fn headers_callback(
+        &mut self,
+        request: bool,
         headers: &[(&[u8], &[u8])],
         end_of_stream: bool,
     ) -> Result<Action, HostError> {
@@ -711,16 +721,29 @@ impl Stream<'_> {
             .collect();
         let n = pairs.len() as i32;
         let rec = self.record_mut();
-        rec.response_headers = pairs;
-        rec.response_seen = true;
+        let (callback, phase) = if request {
+            rec.request_headers = pairs;
+            rec.request_seen = true;
+            ("proxy_on_request_headers", Phase::RequestHeaders)
+        } else {
+            rec.response_headers = pairs;
+            rec.response_seen = true;
+            ("proxy_on_response_headers", Phase::ResponseHeaders)
+        };
         let r = self.host.call(
-            "proxy_on_response_headers",
+            callback,
             self.id,
-            Phase::ResponseHeaders,
+            phase,
             &[self.id as i32, n, end_of_stream as i32],
         )?;
         let action = r.map_or(Action::Continue, Action::from_abi);
-        self.record_mut().response_paused = action == Action::Pause;
+        let paused = action == Action::Pause;
+        let rec = self.record_mut();
+        if request {
+            rec.request_paused = paused;
+        } else {
+            rec.response_paused = paused;
+        }
         Ok(action)
     }
 
@@ -748,6 +771,14 @@ impl Stream<'_> {
             .remove(&self.id)
             .unwrap_or_default())
     }
+}
+
+/// Text headers as the byte pairs the `*_bytes` calls take.
+fn as_bytes<'a>(headers: &[(&'a str, &'a str)]) -> Vec<(&'a [u8], &'a [u8])> {
+    headers
+        .iter()
+        .map(|(k, v)| (k.as_bytes(), v.as_bytes()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -8,9 +8,25 @@ fn module(wat: &str) -> Wasm {
     Wasm::new(&bytes).expect("test module compiles")
 }
 
+/// A module's exported memory and a bump allocator from address 4096 that
+/// serves the host's copies, as WAT module fields for `concat!`.
+macro_rules! bump_allocator {
+    () => {
+        r#"
+  (memory (export "memory") 1)
+  (global $bump (mut i32) (i32.const 4096))
+  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $bump))
+    (global.set $bump (i32.add (global.get $bump) (local.get $n)))
+    (local.get $p))"#
+    };
+}
+
 /// Calls a handful of hostcalls and logs what it saw. A bump allocator
 /// serves the host's copies. Scratch words: 0 = pointer, 4 = size.
-const PROBE: &str = r#"
+const PROBE: &str = concat!(
+    r#"
 (module
   (import "env" "proxy_log" (func $log (param i32 i32 i32) (result i32)))
   (import "env" "proxy_get_buffer_bytes" (func $get_buffer (param i32 i32 i32 i32 i32) (result i32)))
@@ -21,18 +37,14 @@ const PROBE: &str = r#"
   (import "env" "proxy_send_local_response"
     (func $local (param i32 i32 i32 i32 i32 i32 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "clock_time_get" (func $clock (param i32 i64 i32) (result i32)))
-  (memory (export "memory") 1)
-  (global $bump (mut i32) (i32.const 4096))
+"#,
+    bump_allocator!(),
+    r#"
   (data (i32.const 100) "x-probe")
   (data (i32.const 120) "upstream\00address")
   (data (i32.const 140) "replaced")
   (data (i32.const 160) "x-remove")
   (data (i32.const 180) "denied")
-  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32)
-    (local $p i32)
-    (local.set $p (global.get $bump))
-    (global.set $bump (i32.add (global.get $bump) (local.get $n)))
-    (local.get $p))
   (func (export "proxy_on_configure") (param i32 i32) (result i32)
     (drop (call $get_buffer (i32.const 7) (i32.const 0) (i32.const -1) (i32.const 0) (i32.const 4)))
     (drop (call $log (i32.const 2) (i32.load (i32.const 0)) (i32.load (i32.const 4))))
@@ -59,7 +71,8 @@ const PROBE: &str = r#"
       (i32.const 0) (i32.const 0) (i32.const -1)))
     (i32.const 0))
 )
-"#;
+"#
+);
 
 /// Calls an import the host lacks, panics (message on stderr, then
 /// `unreachable`) and loops forever, each in its own callback.
@@ -287,21 +300,18 @@ fn empty_filter_passes_everything_through() {
 /// Asks for a 1 s timer and logs each tick; pauses every request and, in
 /// the response callback, logs the status of reading a request header, then
 /// resumes the request and logs the status again.
-const TIMED: &str = r#"
+const TIMED: &str = concat!(
+    r#"
 (module
   (import "env" "proxy_log" (func $log (param i32 i32 i32) (result i32)))
   (import "env" "proxy_set_tick_period_milliseconds" (func $tick_period (param i32) (result i32)))
   (import "env" "proxy_get_header_map_value" (func $get_header (param i32 i32 i32 i32 i32) (result i32)))
   (import "env" "proxy_continue_stream" (func $continue (param i32) (result i32)))
-  (memory (export "memory") 1)
-  (global $bump (mut i32) (i32.const 4096))
+"#,
+    bump_allocator!(),
+    r#"
   (data (i32.const 100) "tick")
   (data (i32.const 110) ":path")
-  (func (export "proxy_on_memory_allocate") (param $n i32) (result i32)
-    (local $p i32)
-    (local.set $p (global.get $bump))
-    (global.set $bump (i32.add (global.get $bump) (local.get $n)))
-    (local.get $p))
   (func (export "proxy_on_configure") (param i32 i32) (result i32)
     (drop (call $tick_period (i32.const 1000)))
     (i32.const 1))
@@ -320,7 +330,8 @@ const TIMED: &str = r#"
     (call $status_digit)
     (i32.const 0))
 )
-"#;
+"#
+);
 
 #[test]
 fn the_timer_fires_once_per_advance_of_at_least_a_period() {

@@ -10,7 +10,6 @@ use super::guest::{read, read_u32, write, write_u32, write_u64};
 use super::state::State;
 
 type C<'a> = Caller<'a, State>;
-type R = Result<i32, Error>;
 
 const MODULE: &str = "wasi_snapshot_preview1";
 
@@ -26,21 +25,16 @@ fn fault_unless(ok: bool) -> i32 {
 pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Error> {
     let mut names = Vec::new();
     macro_rules! def {
-        ($name:literal, $f:expr) => {{
-            linker
-                .func_wrap(MODULE, $name, $f)
-                .map_err(|e| Error::new(format!("defining {MODULE}.{}: {e}", $name)))?;
-            names.push($name);
-        }};
+        ($($import:tt)*) => {
+            define_import!(linker, names, MODULE, $($import)*)
+        };
     }
 
     def!("fd_write", |mut c: C,
                       fd: i32,
                       iovs: i32,
                       count: i32,
-                      written_ptr: i32|
-     -> R {
-        c.data_mut().count("fd_write");
+                      written_ptr: i32| {
         let level = match fd {
             1 => LogLevel::Info,
             2 => LogLevel::Error,
@@ -73,14 +67,11 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
                      _fd: i32,
                      _iovs: i32,
                      _count: i32,
-                     _read_ptr: i32|
-     -> R {
-        c.data_mut().count("fd_read");
+                     _read_ptr: i32| {
         Ok(errno::NOSYS)
     });
 
-    def!("fd_close", |mut c: C, fd: i32| -> R {
-        c.data_mut().count("fd_close");
+    def!("fd_close", |mut c: C, fd: i32| {
         c.data_mut()
             .log(LogLevel::Error, format!("wasi fd_close({fd})"));
         Ok(errno::SUCCESS)
@@ -90,16 +81,13 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
                      fd: i32,
                      _offset: i64,
                      _whence: i32,
-                     _ret: i32|
-     -> R {
-        c.data_mut().count("fd_seek");
+                     _ret: i32| {
         c.data_mut()
             .log(LogLevel::Error, format!("wasi fd_seek({fd})"));
         Ok(errno::SUCCESS)
     });
 
-    def!("fd_fdstat_get", |mut c: C, fd: i32, ret: i32| -> R {
-        c.data_mut().count("fd_fdstat_get");
+    def!("fd_fdstat_get", |mut c: C, fd: i32, ret: i32| {
         if fd != 1 && fd != 2 {
             return Ok(errno::BADF);
         }
@@ -109,35 +97,29 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
         Ok(fault_unless(write(&mut c, ret, &stat)))
     });
 
-    def!("fd_prestat_get", |mut c: C, _fd: i32, _ret: i32| -> R {
-        c.data_mut().count("fd_prestat_get");
+    def!("fd_prestat_get", |mut c: C, _fd: i32, _ret: i32| {
         // No pre-opened directories.
         Ok(errno::BADF)
     });
 
-    def!("fd_prestat_dir_name", |mut c: C,
-                                 _fd: i32,
-                                 _ptr: i32,
-                                 _len: i32|
-     -> R {
-        c.data_mut().count("fd_prestat_dir_name");
-        Ok(errno::NOSYS)
-    });
+    def!(
+        "fd_prestat_dir_name",
+        |mut c: C, _fd: i32, _ptr: i32, _len: i32| { Ok(errno::NOSYS) }
+    );
 
-    def!("environ_sizes_get", |mut c: C,
-                               count_ptr: i32,
-                               size_ptr: i32|
-     -> R {
-        c.data_mut().count("environ_sizes_get");
-        let env = &c.data().env;
-        let count = env.len() as u32;
-        let size: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
-        let ok = write_u32(&mut c, count_ptr, count) && write_u32(&mut c, size_ptr, size as u32);
-        Ok(fault_unless(ok))
-    });
+    def!(
+        "environ_sizes_get",
+        |mut c: C, count_ptr: i32, size_ptr: i32| {
+            let env = &c.data().env;
+            let count = env.len() as u32;
+            let size: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+            let ok =
+                write_u32(&mut c, count_ptr, count) && write_u32(&mut c, size_ptr, size as u32);
+            Ok(fault_unless(ok))
+        }
+    );
 
-    def!("environ_get", |mut c: C, array: i32, buf: i32| -> R {
-        c.data_mut().count("environ_get");
+    def!("environ_get", |mut c: C, array: i32, buf: i32| {
         let env = c.data().env.clone();
         let (mut array, mut buf) = (array, buf);
         for (k, v) in env {
@@ -151,26 +133,22 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
         Ok(errno::SUCCESS)
     });
 
-    def!("args_sizes_get", |mut c: C,
-                            argc_ptr: i32,
-                            size_ptr: i32|
-     -> R {
-        c.data_mut().count("args_sizes_get");
-        let ok = write_u32(&mut c, argc_ptr, 0) && write_u32(&mut c, size_ptr, 0);
-        Ok(fault_unless(ok))
-    });
+    def!(
+        "args_sizes_get",
+        |mut c: C, argc_ptr: i32, size_ptr: i32| {
+            let ok = write_u32(&mut c, argc_ptr, 0) && write_u32(&mut c, size_ptr, 0);
+            Ok(fault_unless(ok))
+        }
+    );
 
-    def!("args_get", |mut c: C, _argv: i32, _buf: i32| -> R {
-        c.data_mut().count("args_get");
+    def!("args_get", |mut c: C, _argv: i32, _buf: i32| {
         Ok(errno::SUCCESS)
     });
 
     def!("clock_time_get", |mut c: C,
                             id: i32,
                             _precision: i64,
-                            ret: i32|
-     -> R {
-        c.data_mut().count("clock_time_get");
+                            ret: i32| {
         let t = match id {
             0 => c.data().now_nanos,
             1 => c.data().monotonic_nanos,
@@ -179,8 +157,7 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
         Ok(fault_unless(write_u64(&mut c, ret, t)))
     });
 
-    def!("random_get", |mut c: C, ptr: i32, len: i32| -> R {
-        c.data_mut().count("random_get");
+    def!("random_get", |mut c: C, ptr: i32, len: i32| {
         let len = len as u32;
         if len > RANDOM_GET_MAX {
             return Ok(errno::INVAL);
@@ -194,13 +171,9 @@ pub(crate) fn link(linker: &mut Linker<State>) -> Result<Vec<&'static str>, Erro
         Ok(fault_unless(write(&mut c, ptr, &bytes)))
     });
 
-    def!("sched_yield", |mut c: C| -> R {
-        c.data_mut().count("sched_yield");
-        Ok(errno::SUCCESS)
-    });
+    def!("sched_yield", |mut c: C| { Ok(errno::SUCCESS) });
 
     def!("proc_exit", |mut c: C, code: i32| -> Result<(), Error> {
-        c.data_mut().count("proc_exit");
         // A plugin never exits; treat it as the VM dying.
         Err(Error::i32_exit(code))
     });

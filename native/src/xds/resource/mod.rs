@@ -189,6 +189,23 @@ impl Check {
         self.at(&format!("[{i}]"), f)
     }
 
+    /// Validates each element of the list `field` with `f`, which records
+    /// problems at `field[i]`; keeps the elements `f` accepts, in order.
+    pub(crate) fn each<T, R>(
+        &mut self,
+        field: &str,
+        items: &[T],
+        mut f: impl FnMut(&mut Check, &T) -> Option<R>,
+    ) -> Vec<R> {
+        let mut out = Vec::with_capacity(items.len());
+        self.at(field, |c| {
+            for (i, item) in items.iter().enumerate() {
+                c.index(i, |c| out.extend(f(c, item)));
+            }
+        });
+        out
+    }
+
     fn path(&self) -> String {
         let mut out = String::new();
         for s in &self.path {
@@ -223,6 +240,13 @@ impl Check {
     /// Records a problem with the named sub-field.
     pub(crate) fn fail_at(&mut self, segment: &str, problem: impl Into<String>) {
         self.at(segment, |c| c.fail(problem));
+    }
+
+    /// Records that the named sub-field is not supported and rejects the
+    /// value holding it.
+    pub(crate) fn unsupported<T>(&mut self, segment: &str) -> Option<T> {
+        self.fail_at(segment, "is not supported");
+        None
     }
 
     fn finish<T>(self, kind: ResourceKind, name: &str, value: T) -> Result<T, ValidationError> {
@@ -311,107 +335,100 @@ pub fn decode(kind: ResourceKind, any: &pb::Any) -> Decoded {
                 &unwrapped
             }
             _ => {
-                return Decoded {
-                    name: None,
-                    result: Err(ValidationError {
-                        kind,
-                        name: String::new(),
-                        errors: vec![FieldError {
-                            field: "resource".into(),
-                            value: String::new(),
-                            problem: "is an envoy.service.discovery.v3.Resource without a resource"
-                                .into(),
-                        }],
-                    }),
-                }
+                return rejected(
+                    kind,
+                    "resource",
+                    String::new(),
+                    "is an envoy.service.discovery.v3.Resource without a resource",
+                )
             }
         }
     } else {
         any
     };
     if any.type_url != kind.type_url() {
-        return Decoded {
-            name: None,
-            result: Err(ValidationError {
-                kind,
-                name: String::new(),
-                errors: vec![FieldError {
-                    field: "type_url".into(),
-                    value: format!("{:?}", any.type_url),
-                    problem: format!("does not match the response's type {}", kind.type_url()),
-                }],
-            }),
-        };
+        return rejected(
+            kind,
+            "type_url",
+            format!("{:?}", any.type_url),
+            format!("does not match the response's type {}", kind.type_url()),
+        );
     }
     let bytes = any.value.as_slice();
-    let undecodable = |e: prost::DecodeError| Decoded {
+    match kind {
+        ResourceKind::Listener => decode_as(
+            kind,
+            bytes,
+            |m: &listener::Listener| &m.name,
+            listener::validate,
+            Resource::Listener,
+        ),
+        ResourceKind::RouteConfiguration => decode_as(
+            kind,
+            bytes,
+            |m: &route::RouteConfiguration| &m.name,
+            route::validate,
+            Resource::RouteConfiguration,
+        ),
+        ResourceKind::Cluster => decode_as(
+            kind,
+            bytes,
+            |m: &cluster::Cluster| &m.name,
+            cluster::validate,
+            Resource::Cluster,
+        ),
+        ResourceKind::Endpoints => decode_as(
+            kind,
+            bytes,
+            |m: &endpoint::ClusterLoadAssignment| &m.cluster_name,
+            endpoint::validate,
+            Resource::Endpoints,
+        ),
+    }
+}
+
+/// Decodes `bytes` as the message `M` of `kind` and validates it; `name`
+/// reads the resource's name (kept even when validation fails) and `wrap`
+/// makes the validated value a [`Resource`].
+fn decode_as<M: Message + Default, V>(
+    kind: ResourceKind,
+    bytes: &[u8],
+    name: fn(&M) -> &str,
+    validate: fn(&mut Check, &M) -> V,
+    wrap: fn(Arc<V>) -> Resource,
+) -> Decoded {
+    let m = match M::decode(bytes) {
+        Ok(m) => m,
+        Err(e) => {
+            return rejected(
+                kind,
+                "(resource)",
+                String::new(),
+                format!("cannot be decoded: {e}"),
+            )
+        }
+    };
+    let name = name(&m).to_owned();
+    let mut c = Check::default();
+    let v = validate(&mut c, &m);
+    Decoded {
+        result: c.finish(kind, &name, v).map(|v| wrap(Arc::new(v))),
+        name: Some(name),
+    }
+}
+
+/// A resource rejected before it could be named: one problem with `field`.
+fn rejected(kind: ResourceKind, field: &str, value: String, problem: impl Into<String>) -> Decoded {
+    Decoded {
         name: None,
         result: Err(ValidationError {
             kind,
             name: String::new(),
             errors: vec![FieldError {
-                field: "(resource)".into(),
-                value: String::new(),
-                problem: format!("cannot be decoded: {e}"),
+                field: field.into(),
+                value,
+                problem: problem.into(),
             }],
         }),
-    };
-    match kind {
-        ResourceKind::Listener => match listener::Listener::decode(bytes) {
-            Ok(m) => {
-                let name = m.name.clone();
-                let mut c = Check::default();
-                let v = listener::validate(&mut c, &m);
-                Decoded {
-                    result: c
-                        .finish(kind, &name, v)
-                        .map(|v| Resource::Listener(Arc::new(v))),
-                    name: Some(name),
-                }
-            }
-            Err(e) => undecodable(e),
-        },
-        ResourceKind::RouteConfiguration => match route::RouteConfiguration::decode(bytes) {
-            Ok(m) => {
-                let name = m.name.clone();
-                let mut c = Check::default();
-                let v = route::validate(&mut c, &m);
-                Decoded {
-                    result: c
-                        .finish(kind, &name, v)
-                        .map(|v| Resource::RouteConfiguration(Arc::new(v))),
-                    name: Some(name),
-                }
-            }
-            Err(e) => undecodable(e),
-        },
-        ResourceKind::Cluster => match cluster::Cluster::decode(bytes) {
-            Ok(m) => {
-                let name = m.name.clone();
-                let mut c = Check::default();
-                let v = cluster::validate(&mut c, &m);
-                Decoded {
-                    result: c
-                        .finish(kind, &name, v)
-                        .map(|v| Resource::Cluster(Arc::new(v))),
-                    name: Some(name),
-                }
-            }
-            Err(e) => undecodable(e),
-        },
-        ResourceKind::Endpoints => match endpoint::ClusterLoadAssignment::decode(bytes) {
-            Ok(m) => {
-                let name = m.cluster_name.clone();
-                let mut c = Check::default();
-                let v = endpoint::validate(&mut c, &m);
-                Decoded {
-                    result: c
-                        .finish(kind, &name, v)
-                        .map(|v| Resource::Endpoints(Arc::new(v))),
-                    name: Some(name),
-                }
-            }
-            Err(e) => undecodable(e),
-        },
     }
 }

@@ -68,23 +68,19 @@ impl PartialEq for Pattern {
 }
 
 impl Pattern {
+    /// `m`'s regex, which must match the whole input.
     fn new(c: &mut Check, m: &mpb::RegexMatcher) -> Option<Pattern> {
-        c.at("regex", |c| {
-            match regex_lite::Regex::new(&format!("^(?:{})$", m.regex)) {
-                Ok(regex) => Some(Pattern {
-                    source: m.regex.clone(),
-                    regex,
-                }),
-                Err(e) => {
-                    c.fail_value(&m.regex, format!("is not a valid regex: {e}"));
-                    None
-                }
-            }
-        })
+        Pattern::compile(c, m, &format!("^(?:{})$", m.regex))
     }
 
+    /// `m`'s regex as written, matching anywhere (for rewrites).
     fn unanchored(c: &mut Check, m: &mpb::RegexMatcher) -> Option<Pattern> {
-        c.at("regex", |c| match regex_lite::Regex::new(&m.regex) {
+        Pattern::compile(c, m, &m.regex)
+    }
+
+    /// Compiles `regex`, built from `m.regex`; an error names `m.regex`.
+    fn compile(c: &mut Check, m: &mpb::RegexMatcher, regex: &str) -> Option<Pattern> {
+        c.at("regex", |c| match regex_lite::Regex::new(regex) {
             Ok(regex) => Some(Pattern {
                 source: m.regex.clone(),
                 regex,
@@ -231,11 +227,8 @@ pub(crate) fn validate(c: &mut Check, rc: &RouteConfiguration) -> RouteConfigRes
     if !rc.cluster_specifier_plugins.is_empty() {
         c.fail_at("cluster_specifier_plugins", "are not supported");
     }
-    let mut virtual_hosts = Vec::with_capacity(rc.virtual_hosts.len());
-    c.at("virtual_hosts", |c| {
-        for (i, vh) in rc.virtual_hosts.iter().enumerate() {
-            c.index(i, |c| virtual_hosts.push(virtual_host(c, vh)));
-        }
+    let virtual_hosts = c.each("virtual_hosts", &rc.virtual_hosts, |c, vh| {
+        Some(virtual_host(c, vh))
     });
     RouteConfigResource {
         name: rc.name.clone(),
@@ -264,16 +257,7 @@ fn virtual_host(c: &mut Check, vh: &rpb::VirtualHost) -> VirtualHost {
         c.fail_at("domains", "must be non-empty");
     }
     let filter_overrides = overrides(c, &vh.typed_per_filter_config);
-    let mut routes = Vec::with_capacity(vh.routes.len());
-    c.at("routes", |c| {
-        for (i, r) in vh.routes.iter().enumerate() {
-            c.index(i, |c| {
-                if let Some(r) = route(c, r) {
-                    routes.push(r);
-                }
-            });
-        }
-    });
+    let routes = c.each("routes", &vh.routes, route);
     VirtualHost {
         name: vh.name.clone(),
         domains: vh.domains.clone(),
@@ -317,33 +301,15 @@ fn route_match(c: &mut Check, m: &rpb::RouteMatch) -> Option<RouteMatcher> {
         Some(P::SafeRegex(r)) => c
             .at("safe_regex", |c| Pattern::new(c, r))
             .map(PathMatcher::Regex),
-        Some(P::PathSeparatedPrefix(_)) => {
-            c.fail_at("path_separated_prefix", "is not supported");
-            None
-        }
-        Some(P::ConnectMatcher(_)) => {
-            c.fail_at("connect_matcher", "is not supported");
-            None
-        }
-        Some(P::PathMatchPolicy(_)) => {
-            c.fail_at("path_match_policy", "is not supported");
-            None
-        }
+        Some(P::PathSeparatedPrefix(_)) => c.unsupported("path_separated_prefix"),
+        Some(P::ConnectMatcher(_)) => c.unsupported("connect_matcher"),
+        Some(P::PathMatchPolicy(_)) => c.unsupported("path_match_policy"),
         None => {
             c.fail("path_specifier: none of prefix, path or safe_regex is set");
             None
         }
     };
-    let mut headers = Vec::with_capacity(m.headers.len());
-    c.at("headers", |c| {
-        for (i, h) in m.headers.iter().enumerate() {
-            c.index(i, |c| {
-                if let Some(h) = header_matcher(c, h) {
-                    headers.push(h);
-                }
-            });
-        }
-    });
+    let headers = c.each("headers", &m.headers, header_matcher);
     let fraction_per_million = m.runtime_fraction.as_ref().and_then(|f| {
         f.default_value.as_ref().map(|p| {
             use envoy_types::pb::envoy::r#type::v3::fractional_percent::DenominatorType as D;
@@ -417,10 +383,7 @@ fn string_match(c: &mut Check, s: &mpb::StringMatcher) -> Option<HeaderMatch> {
             }
             HeaderMatch::Regex(c.at("safe_regex", |c| Pattern::new(c, r))?)
         }
-        Some(M::Custom(_)) => {
-            c.fail_at("custom", "is not supported");
-            return None;
-        }
+        Some(M::Custom(_)) => return c.unsupported("custom"),
         None => {
             c.fail("match_pattern: field not present");
             return None;
@@ -440,10 +403,7 @@ fn route_action(c: &mut Check, a: &rpb::RouteAction) -> Option<RouteAction> {
             }
         }
         Some(S::WeightedClusters(w)) => c.at("weighted_clusters", |c| weighted(c, w)),
-        Some(S::ClusterHeader(_)) => {
-            c.fail_at("cluster_header", "is not supported");
-            None
-        }
+        Some(S::ClusterHeader(_)) => c.unsupported("cluster_header"),
         Some(S::ClusterSpecifierPlugin(_)) | Some(S::InlineClusterSpecifierPlugin(_)) => {
             c.fail("cluster specifier plugins are not supported");
             None
@@ -453,16 +413,7 @@ fn route_action(c: &mut Check, a: &rpb::RouteAction) -> Option<RouteAction> {
             None
         }
     };
-    let mut hash_policies = Vec::with_capacity(a.hash_policy.len());
-    c.at("hash_policy", |c| {
-        for (i, h) in a.hash_policy.iter().enumerate() {
-            c.index(i, |c| {
-                if let Some(h) = hash_policy(c, h) {
-                    hash_policies.push(h);
-                }
-            });
-        }
-    });
+    let hash_policies = c.each("hash_policy", &a.hash_policy, hash_policy);
     let max_stream_duration = a.max_stream_duration.as_ref().and_then(|m| {
         c.at("max_stream_duration", |c| {
             let d = m
