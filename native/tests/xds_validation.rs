@@ -1,5 +1,5 @@
 //! Resource validation as gRPC does it: every resource kind, with the
-//! field-named errors a NACK carries (INTEROP §2–3).
+//! field-named errors a NACK carries (gRPC C-core's rules).
 
 use std::time::Duration;
 

@@ -614,7 +614,7 @@ fn hot_path_calls(cfg: &str, header: &str) -> (u64, u64, String) {
 
 #[test]
 fn a_pinned_request_costs_the_documented_hostcalls() {
-    // Every hostcall costs in Envoy (INTEROP.md section 9); the plugin's
+    // Every hostcall costs in Envoy (see the README's benchmark); the plugin's
     // README promises, for a replayed cookie served where it points: all
     // request headers at once + the override header; then upstream.address
     // in wiring (a), or in wiring (b) one read of the header Envoy's own
