@@ -22,7 +22,7 @@ enum Command {
     /// Read and write session cookies (Envoy, gRPC C-core, legacy; signed or not).
     #[command(subcommand)]
     Cookie(cookie::CookieCommand),
-    /// Ring hash and Maglev: which host a key lands on (hashed as Envoy hashes a header).
+    /// Ring hash and Maglev: which host a key (or a request, through hash policies) lands on.
     #[command(subcommand)]
     Ring(ring::RingCommand),
     /// Inspect what the xDS client receives from a control plane.

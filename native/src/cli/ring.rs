@@ -1,18 +1,26 @@
 //! `tether ring pick`: where does a key land, without sending traffic.
 //!
-//! The key is hashed as Envoy's header hash policy hashes a header value
+//! Each KEY is hashed as Envoy's header hash policy hashes a header value
 //! (XXH64, seed 0) and looked up in the ring (or Maglev table) built from the
 //! hosts in the order given, exactly as Envoy builds it for a cluster with
-//! those hosts in that order.
+//! those hosts in that order. With `--hash-policy`, a route's whole
+//! `hash_policy` list is evaluated instead against one request described by
+//! `--header`, `--path`, `--remote`, `--local` and `--filter-state`.
+
+use std::net::{IpAddr, SocketAddr};
 
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Value};
-use tether_core::hash::{key_hash, BuildError, Host, Maglev, MaglevConfig, Ring, RingConfig};
+use tether_core::hash::{
+    key_hash, BuildError, HashPolicies, HashRequest, Host, Maglev, MaglevConfig, Peer, RequestHash,
+    Ring, RingConfig,
+};
 
 /// Ring subcommands.
 #[derive(Debug, Subcommand)]
 pub enum RingCommand {
-    /// Print the host each KEY lands on: one JSON object per key.
+    /// Print the host each KEY lands on (one JSON object per key), or, with
+    /// --hash-policy, the host one request lands on.
     Pick(PickArgs),
 }
 
@@ -48,8 +56,43 @@ pub struct PickArgs {
     #[arg(long, value_name = "N", default_value_t = tether_core::hash::maglev::DEFAULT_TABLE_SIZE)]
     table_size: u64,
     /// The keys to place, e.g. the values of the hashed header.
-    #[arg(value_name = "KEY", required = true)]
+    #[arg(value_name = "KEY", required_unless_present = "hash_policy")]
     keys: Vec<String>,
+    /// A route's hash policies, Envoy's `hash_policy` list as JSON (snake_case
+    /// fields), e.g. '[{"header":{"header_name":"x-user"},"terminal":true},
+    /// {"connection_properties":{"source_ip":true}}]'. Evaluates one request
+    /// (the options below) instead of KEYs.
+    #[arg(long, value_name = "JSON", conflicts_with = "keys")]
+    hash_policy: Option<String>,
+    /// Whose rules evaluate the policies where Envoy and gRPC C-core differ
+    /// (repeated headers; C-core ignores cookie, source IP and query
+    /// parameter policies); default envoy.
+    #[arg(long, value_enum)]
+    rules: Option<Rules>,
+    /// A request header, NAME:VALUE; repeat for more (a `cookie` header too).
+    #[arg(long = "header", value_name = "NAME:VALUE")]
+    headers: Vec<String>,
+    /// The request's `:path`, query string included (default `/`).
+    #[arg(long, value_name = "PATH")]
+    path: Option<String>,
+    /// The downstream address, IP or ip:port (source IP; generated cookies).
+    #[arg(long, value_name = "ADDR")]
+    remote: Option<String>,
+    /// The address the connection was accepted on, ip:port (generated cookies).
+    #[arg(long, value_name = "ADDR")]
+    local: Option<String>,
+    /// A filter-state string, KEY=VALUE; repeat for more.
+    #[arg(long = "filter-state", value_name = "KEY=VALUE")]
+    filter_state: Vec<String>,
+}
+
+/// Whose hash-policy rules apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Rules {
+    /// Envoy 1.40.
+    Envoy,
+    /// gRPC C-core (gRFC A42).
+    Grpc,
 }
 
 /// Runs a ring subcommand and returns its JSON lines.
@@ -113,10 +156,123 @@ fn pick(a: PickArgs) -> Result<Vec<Value>, String> {
             Box::new(move |h| table.pick_host(h).key().to_string())
         }
     };
+    if let Some(policies) = &a.hash_policy {
+        return Ok(vec![evaluate(&a, policies, lookup)?]);
+    }
+    // A request description without policies would be silently ignored.
+    let request_options = [
+        ("--rules", a.rules.is_some()),
+        ("--header", !a.headers.is_empty()),
+        ("--path", a.path.is_some()),
+        ("--remote", a.remote.is_some()),
+        ("--local", a.local.is_some()),
+        ("--filter-state", !a.filter_state.is_empty()),
+    ];
+    if let Some((option, _)) = request_options.iter().find(|(_, given)| *given) {
+        return Err(format!(
+            "{option}: describes a request for --hash-policy, which is not given"
+        ));
+    }
     Ok(a.keys
         .iter()
         .map(|k| json!({"key": k, "host": lookup(key_hash(k))}))
         .collect())
+}
+
+/// An address given as `ip:port`, or as a bare IP (port 0).
+fn parse_addr(option: &str, text: &str) -> Result<SocketAddr, String> {
+    if let Ok(ip) = text.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, 0));
+    }
+    tether_core::address::parse(text).map_err(|e| format!("{option}: {e}"))
+}
+
+/// Splits `text` at the first `sep` after its first character (so that a
+/// pseudo-header such as `:authority:host` keeps its colon), or names the
+/// option and the value.
+fn split_pair<'t>(
+    option: &str,
+    i: usize,
+    text: &'t str,
+    sep: char,
+    form: &str,
+) -> Result<(&'t str, &'t str), String> {
+    let first = text.chars().next().map_or(0, char::len_utf8);
+    match text[first..].find(sep).map(|at| at + first) {
+        Some(at) if !text[..at].trim().is_empty() => {
+            Ok((text[..at].trim(), text[at + 1..].trim_start()))
+        }
+        _ => Err(format!("{option}[{i}]: {text:?} is not {form}")),
+    }
+}
+
+/// Evaluates the policies against the request the options describe and
+/// picks with the result.
+fn evaluate(
+    a: &PickArgs,
+    policies: &str,
+    lookup: Box<dyn Fn(u64) -> String>,
+) -> Result<Value, String> {
+    let peer = match a.rules.unwrap_or(Rules::Envoy) {
+        Rules::Envoy => Peer::Envoy,
+        Rules::Grpc => Peer::Grpc,
+    };
+    let policies =
+        HashPolicies::from_json(policies, peer).map_err(|e| format!("--hash-policy{}", at(e)))?;
+    let headers = a
+        .headers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| split_pair("--header", i, h, ':', "NAME:VALUE"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let filter_state = a
+        .filter_state
+        .iter()
+        .enumerate()
+        .map(|(i, h)| split_pair("--filter-state", i, h, '=', "KEY=VALUE"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let remote = a
+        .remote
+        .as_deref()
+        .map(|r| parse_addr("--remote", r))
+        .transpose()?;
+    let local = a
+        .local
+        .as_deref()
+        .map(|l| parse_addr("--local", l))
+        .transpose()?;
+    let request = HashRequest {
+        headers: (&headers).into(),
+        path: a.path.as_deref().unwrap_or("/"),
+        remote,
+        local,
+        filter_state: &filter_state,
+    };
+    let evaluation = policies.evaluate(&request);
+    Ok(match evaluation.hash {
+        RequestHash::Hash(h) => json!({
+            "hash": format!("{h:016x}"),
+            "host": lookup(h),
+            "set_cookie": evaluation.set_cookies,
+        }),
+        RequestHash::NoHash => json!({
+            "hash": null,
+            "host": null,
+            "set_cookie": evaluation.set_cookies,
+            "note": "no policy produced a hash: the balancer picks a host at random",
+        }),
+    })
+}
+
+/// A policy error's text, joined to the option name: `[0].header...` as
+/// `--hash-policy[0].header...`, anything else after `: `.
+fn at(e: impl std::fmt::Display) -> String {
+    let text = e.to_string();
+    if text.starts_with('[') {
+        text
+    } else {
+        format!(": {text}")
+    }
 }
 
 #[cfg(test)]
@@ -159,6 +315,131 @@ mod tests {
                 json!({"key": "user-42", "host": "127.0.0.1:441"}),
             ]
         );
+    }
+
+    /// Every hash-policy vector of the shared data file, through the command
+    /// line: the same hash, generated cookies and (where observed) host.
+    #[test]
+    fn hash_policy_vectors_through_the_command_line() {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../testdata/vectors.json"
+        ))
+        .unwrap();
+        let all: Value = serde_json::from_str(&text).unwrap();
+        let hash = &all["hash"];
+        // The ring observed on Envoy for weights 1,2,3,1,5 (ports 441..445).
+        let mut hosts = Vec::new();
+        for h in hash["ring"][2]["hosts"].as_array().unwrap() {
+            hosts.push("--host".to_owned());
+            hosts.push(format!(
+                "{}={}",
+                h["address"].as_str().unwrap(),
+                h["weight"]
+            ));
+        }
+        let vectors = hash["policies"].as_array().unwrap();
+        assert!(vectors.len() >= 10);
+        for v in vectors {
+            let name = v["name"].as_str().unwrap();
+            let r = &v["request"];
+            let mut args: Vec<String> = vec!["pick".into()];
+            args.extend(hosts.iter().cloned());
+            args.extend([
+                "--hash-policy".into(),
+                v["policies"].to_string(),
+                "--rules".into(),
+                v["peer"].as_str().unwrap().into(),
+            ]);
+            let pairs = |field: &str, sep: char| -> Vec<String> {
+                r[field]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| format!("{}{sep}{}", p[0].as_str().unwrap(), p[1].as_str().unwrap()))
+                    .collect()
+            };
+            for h in pairs("headers", ':') {
+                args.extend(["--header".into(), h]);
+            }
+            for f in pairs("filter_state", '=') {
+                args.extend(["--filter-state".into(), f]);
+            }
+            for field in ["path", "remote", "local"] {
+                if let Some(value) = r[field].as_str() {
+                    args.extend([format!("--{field}"), value.into()]);
+                }
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = run_args(&args).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let got = &out[0];
+            let e = &v["expect"];
+            let want = if let Some(of) = e["hash_of"].as_str() {
+                Some(key_hash(of))
+            } else if let Some(chain) = e["hash_of_chain"].as_array() {
+                Some(chain.iter().fold(0, |seed, x| {
+                    tether_core::hash::xxh64(x.as_str().unwrap().as_bytes(), seed)
+                }))
+            } else {
+                e["hash"]
+                    .as_str()
+                    .map(|h| u64::from_str_radix(h, 16).unwrap())
+            };
+            assert_eq!(
+                got["hash"],
+                json!(want.map(|h| format!("{h:016x}"))),
+                "{name}"
+            );
+            assert_eq!(got["set_cookie"], e["set_cookies"], "{name}");
+            if let Some(host) = e["ring_12315_host"].as_str() {
+                assert_eq!(got["host"], host, "{name}");
+            }
+            if want.is_none() {
+                assert_eq!(got["host"], Value::Null, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn hash_policy_errors_name_the_option_and_value() {
+        let err = |extra: &[&str]| {
+            let mut args = vec!["pick", "--host", "127.0.0.1:1"];
+            args.extend_from_slice(extra);
+            run_args(&args).unwrap_err()
+        };
+        assert_eq!(
+            err(&["--hash-policy", r#"[{"header":{"header_nam":"a"}}]"#]),
+            "--hash-policy[0].header.header_nam: is not a known field"
+        );
+        assert_eq!(
+            err(&["--hash-policy", "[]", "--header", "no-colon"]),
+            "--header[0]: \"no-colon\" is not NAME:VALUE"
+        );
+        assert_eq!(
+            err(&["--hash-policy", "[]", "--filter-state", "k"]),
+            "--filter-state[0]: \"k\" is not KEY=VALUE"
+        );
+        assert_eq!(
+            err(&["--hash-policy", "[]", "--remote", "host:1"]),
+            "--remote: \"host:1\" is not an ip:port address (IPv6 in brackets)"
+        );
+        assert_eq!(
+            err(&["--header", "a:b", "k"]),
+            "--header: describes a request for --hash-policy, which is not given"
+        );
+        assert!(err(&["--hash-policy", "[]", "k"]).contains("cannot be used with"));
+        // A pseudo-header keeps its leading colon.
+        let out = run_args(&[
+            "pick",
+            "--host",
+            "127.0.0.1:1",
+            "--hash-policy",
+            r#"[{"header":{"header_name":":authority"}}]"#,
+            "--header",
+            ":authority:example.com",
+        ])
+        .unwrap();
+        assert_eq!(out[0]["hash"], format!("{:016x}", key_hash("example.com")));
     }
 
     #[test]
