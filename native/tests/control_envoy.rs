@@ -97,6 +97,31 @@ async fn backend_of(
     r.header("x-backend").map(|b| (b.to_owned(), set))
 }
 
+/// Starts an Envoy bootstrapped with only `control` as its ADS server and
+/// waits until its listener on `listener` answers; on failure the message
+/// says what Envoy did not `do`, with both logs.
+async fn envoy_serving(control: &Control, listener: SocketAddr, what: &str) -> Envoy {
+    let envoy = Envoy::start(&envoy_bootstrap(free_port(), control.addr))
+        .await
+        .expect("envoy starts");
+    let up = tether_testkit::wait_until(Duration::from_secs(20), || async {
+        backend_of(listener, None).await.is_some()
+    })
+    .await;
+    assert!(
+        up,
+        "Envoy did not {what}\n--- tether-control:\n{}\n--- envoy:\n{}",
+        control.stderr(),
+        envoy
+            .log()
+            .lines()
+            .filter(|l| !l.contains("statically linked extensions") && !l.contains("server.cc:467"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    envoy
+}
+
 /// Polls until `cond` holds; returns how long it took.
 async fn within(limit: Duration, what: &str, mut cond: impl AsyncFnMut() -> bool) -> Duration {
     let start = Instant::now();
@@ -121,26 +146,8 @@ async fn envoy_follows_tether_control() {
         &[(b1.addr(), "HEALTHY"), (b2.addr(), "HEALTHY")],
     ))
     .await;
-    let envoy = Envoy::start(&envoy_bootstrap(free_port(), control.addr))
-        .await
-        .expect("envoy starts");
-
     // Listener, routes, clusters and endpoints arrive over ADS and route traffic.
-    let up = tether_testkit::wait_until(Duration::from_secs(20), || async {
-        backend_of(listener, None).await.is_some()
-    })
-    .await;
-    assert!(
-        up,
-        "Envoy did not serve the listener from tether-control\n--- tether-control:\n{}\n--- envoy:\n{}",
-        control.stderr(),
-        envoy
-            .log()
-            .lines()
-            .filter(|l| !l.contains("statically linked extensions") && !l.contains("server.cc:467"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    let envoy = envoy_serving(&control, listener, "serve the listener from tether-control").await;
     let dump = envoy.admin_get("/config_dump").await.unwrap();
     for name in ["tether-ingress", "tether-routes", "web/session"] {
         assert!(
@@ -361,19 +368,7 @@ async fn envoy_fails_over_through_aggregate_services() {
         s1.addr(),
     ))
     .await;
-    let envoy = Envoy::start(&envoy_bootstrap(free_port(), control.addr))
-        .await
-        .expect("envoy starts");
-    let up = tether_testkit::wait_until(Duration::from_secs(20), || async {
-        backend_of(listener, None).await.is_some()
-    })
-    .await;
-    assert!(
-        up,
-        "Envoy did not route through the aggregate\n--- tether-control:\n{}\n--- envoy:\n{}",
-        control.stderr(),
-        envoy.log()
-    );
+    let envoy = envoy_serving(&control, listener, "route through the aggregate").await;
     assert!(control.nacks_none(), "{}", control.stderr());
     let dump = envoy.admin_get("/config_dump").await.unwrap();
     assert!(

@@ -160,6 +160,12 @@ fn only_set_cookie(rec: &StreamRecord) -> String {
     pair
 }
 
+/// A new session: a first request (no cookie) to `/` served by `addr`;
+/// returns the `name=value` pair of the cookie it got.
+fn session_on(host: &mut Host, addr: &str) -> String {
+    only_set_cookie(&exchange(host, &request("/", &[]), Upstream::Served(addr)))
+}
+
 /// The session a `name=value` pair names.
 fn session_of(pair: &str) -> SessionCookie {
     let value = pair.split_once('=').map_or("", |(_, v)| v);
@@ -279,11 +285,7 @@ fn a_replayed_cookie_pins_fifty_requests_without_a_new_cookie() {
 #[test]
 fn a_pinned_request_served_elsewhere_gets_a_cookie_for_the_host_that_served() {
     let mut host = plugin(&config(json!({})));
-    let pair = only_set_cookie(&exchange(
-        &mut host,
-        &request("/", &[]),
-        Upstream::Served(A),
-    ));
+    let pair = session_on(&mut host, A);
     let rec = exchange(
         &mut host,
         &request("/", &[("cookie", &pair)]),
@@ -465,11 +467,7 @@ fn no_cookie_is_set_for_a_host_that_failed_to_connect() {
     let rec = exchange(&mut host, &request("/", &[]), Upstream::NoHost);
     assert!(rec.response_headers_named("set-cookie").is_empty());
     // Pinned to a host that is now down: no cookie for it, nor for anything.
-    let pair = only_set_cookie(&exchange(
-        &mut host,
-        &request("/", &[]),
-        Upstream::Served(A),
-    ));
+    let pair = session_on(&mut host, A);
     let rec = exchange(
         &mut host,
         &request("/", &[("cookie", &pair)]),
@@ -491,11 +489,7 @@ fn no_cookie_is_set_for_a_host_that_failed_to_connect() {
 #[test]
 fn strict_answers_503_instead_of_moving_the_session() {
     let mut host = plugin(&config(json!({ "strict": true })));
-    let pair = only_set_cookie(&exchange(
-        &mut host,
-        &request("/", &[]),
-        Upstream::Served(A),
-    ));
+    let pair = session_on(&mut host, A);
     let rec = exchange(
         &mut host,
         &request("/", &[("cookie", &pair)]),
@@ -516,11 +510,7 @@ fn strict_answers_503_instead_of_moving_the_session() {
 #[test]
 fn signed_cookies_pin_and_unsigned_or_forged_ones_do_not() {
     let mut host = plugin(&config(json!({ "keys": [KEY] })));
-    let pair = only_set_cookie(&exchange(
-        &mut host,
-        &request("/", &[]),
-        Upstream::Served(A),
-    ));
+    let pair = session_on(&mut host, A);
     let value = pair
         .split_once('=')
         .unwrap()
@@ -588,11 +578,7 @@ fn signed_cookies_pin_and_unsigned_or_forged_ones_do_not() {
 /// response side.
 fn hot_path_calls(cfg: &str, header: &str) -> (u64, u64, String) {
     let mut host = plugin(cfg);
-    let pair = only_set_cookie(&exchange(
-        &mut host,
-        &request("/", &[]),
-        Upstream::Served(A),
-    ));
+    let pair = session_on(&mut host, A);
     let mut s = host.stream().unwrap();
     s.host_mut().clear_call_counts();
     s.request_headers(&request("/", &[("cookie", &pair)]), true)
@@ -635,11 +621,7 @@ fn cookie_expiry_follows_the_clock_the_plugin_reads_from_its_timer() {
         host.tick_period_ms() > 0,
         "the plugin reads the clock from a timer"
     );
-    let pair = only_set_cookie(&exchange(
-        &mut host,
-        &request("/", &[]),
-        Upstream::Served(A),
-    ));
+    let pair = session_on(&mut host, A);
     assert_eq!(session_of(&pair).expires, Some(NOW + 120));
     // 100 s later: still pinned; a new cookie expires 120 s after then.
     host.advance(Duration::from_secs(100)).unwrap();

@@ -38,37 +38,32 @@ def encode_request(message):
     return b"\x0a" + varint(len(data)) + data
 
 
+def read_varint(data, i):
+    """Reads a protobuf varint at data[i]; returns (value, next index)."""
+    value = 0
+    shift = 0
+    while True:
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, i
+
+
 def decode_reply(data):
     """Reads the string fields of EchoReply: 1 message, 2 backend, 3 address."""
     fields = {}
     i = 0
     while i < len(data):
-        key = 0
-        shift = 0
-        while True:
-            b = data[i]
-            i += 1
-            key |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
+        key, i = read_varint(data, i)
         number, wire = key >> 3, key & 7
         if wire == 2:
-            length = 0
-            shift = 0
-            while True:
-                b = data[i]
-                i += 1
-                length |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
+            length, i = read_varint(data, i)
             fields[number] = data[i:i + length].decode()
             i += length
         elif wire == 0:
-            while data[i] & 0x80:
-                i += 1
-            i += 1
+            _, i = read_varint(data, i)
         else:
             raise ValueError("unexpected wire type %d" % wire)
     return fields
