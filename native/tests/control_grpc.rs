@@ -90,29 +90,33 @@ async fn python() -> PathBuf {
         .await
         .expect("python3 -m venv");
     assert!(status.success(), "python3 -m venv failed");
-    let out = tokio::time::timeout(
-        Duration::from_secs(300),
-        Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "grpcio==1.85.1",
-            ])
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .expect("pip install within 5 minutes")
-    .expect("run pip");
-    assert!(
-        out.status.success(),
-        "pip install grpcio failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    py
+    // Up to three attempts: one network hiccup should not fail the suite.
+    let mut failures = Vec::new();
+    for attempt in 1..=3 {
+        let out = tokio::time::timeout(
+            Duration::from_secs(300),
+            Command::new(&py)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "grpcio==1.85.1",
+                ])
+                .kill_on_drop(true)
+                .output(),
+        )
+        .await;
+        match out {
+            Ok(Ok(out)) if out.status.success() => return py,
+            Ok(Ok(out)) => failures.push(String::from_utf8_lossy(&out.stderr).into_owned()),
+            Ok(Err(e)) => failures.push(format!("cannot run pip: {e}")),
+            Err(_) => failures.push("pip did not finish within 5 minutes".to_owned()),
+        }
+        tokio::time::sleep(Duration::from_secs(5 * attempt)).await;
+    }
+    panic!("pip install grpcio failed 3 times: {failures:#?}");
 }
 
 #[derive(Debug)]
