@@ -17,8 +17,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tether_core::hash::policy::generated_value;
 use tether_core::hash::{
-    key_hash, HashPolicies, HashRequest, Host, Maglev, MaglevConfig, Peer, RequestHash, Ring,
-    RingConfig,
+    key_hash, HashFunction, HashPolicies, HashRequest, Host, Maglev, MaglevConfig, Peer,
+    RequestHash, Ring, RingConfig,
 };
 use tether_core::http::set_cookie::{CookieSpec, Style};
 use tether_testkit::backend::HttpBackend;
@@ -121,7 +121,7 @@ impl Fixture {
         let policies = HashPolicies::from_json(hash_policy_json, Peer::Envoy)
             .unwrap_or_else(|e| panic!("hash policy {hash_policy_json}: {e}"));
         let port = free_port();
-        let config = one_cluster_yaml(port, hash_policy_json, lb_policy, &endpoints);
+        let config = one_cluster_yaml(port, hash_policy_json, lb_yaml(lb_policy), &endpoints);
         let envoy = Envoy::start(&config)
             .await
             .unwrap_or_else(|e| panic!("envoy: {e}\n{config}"));
@@ -187,6 +187,18 @@ fn ours<F: Fn(u64) -> usize>(fx: &Fixture, pick: F, headers: &[(&str, &str)]) ->
     }
 }
 
+/// The cluster's `lb_policy` (and its config) for a policy named in these
+/// tests: `RING_HASH_MURMUR` is a ring whose entries Envoy hashes with
+/// MurmurHash2.
+fn lb_yaml(lb_policy: &str) -> &str {
+    match lb_policy {
+        "RING_HASH_MURMUR" => {
+            "RING_HASH\n    ring_hash_lb_config: { hash_function: MURMUR_HASH_2 }"
+        }
+        other => other,
+    }
+}
+
 async fn header_keys_match(lb_policy: &str, test: &str) {
     header_keys_match_with(lb_policy, test, false, 1200).await;
 }
@@ -200,8 +212,16 @@ async fn header_keys_match_with(lb_policy: &str, test: &str, hash_keys: bool, re
     )
     .await;
     let pick: Box<dyn Fn(u64) -> usize> = match lb_policy {
-        "RING_HASH" => {
-            let ring = Ring::build(fx.hosts.clone(), &RingConfig::default()).unwrap();
+        "RING_HASH" | "RING_HASH_MURMUR" => {
+            let config = RingConfig {
+                hash_function: if lb_policy == "RING_HASH" {
+                    HashFunction::XxHash
+                } else {
+                    HashFunction::MurmurHash2
+                },
+                ..RingConfig::default()
+            };
+            let ring = Ring::build(fx.hosts.clone(), &config).unwrap();
             Box::new(move |h| ring.pick(h))
         }
         _ => {
@@ -229,6 +249,11 @@ async fn header_keys_match_with(lb_policy: &str, test: &str, hash_keys: bool, re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ring_hash_header_policy_picks_the_same_host_as_envoy() {
     header_keys_match("RING_HASH", "ring_hash_header").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ring_hash_with_murmur_hash_2_picks_the_same_host_as_envoy() {
+    header_keys_match("RING_HASH_MURMUR", "ring_hash_murmur").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,7 +15,9 @@
 //! string a host is hashed by is its `ip:port` (IPv6 in brackets), or the
 //! endpoint's `hash_key` metadata when the caller passes that instead.
 //!
-//! Every hash here is XXH64 with seed 0 of the bytes, as Envoy's `HashUtil`.
+//! Every hash here is XXH64 with seed 0 of the bytes, as Envoy's `HashUtil`,
+//! except ring entries of a ring configured with
+//! [`HashFunction::MurmurHash2`], which Envoy hashes with [`murmur2`].
 
 pub mod maglev;
 pub mod policy;
@@ -34,11 +36,40 @@ use core::net::SocketAddr;
 
 pub use maglev::{Maglev, MaglevConfig};
 pub use policy::{Evaluation, HashPolicies, HashPolicy, HashRequest, Headers, Peer, Source};
-pub use ring::{Ring, RingConfig};
+pub use ring::{HashFunction, Ring, RingConfig};
 
 /// XXH64 of `bytes` with `seed`.
 pub fn xxh64(bytes: &[u8], seed: u64) -> u64 {
     xxhash_rust::xxh64::xxh64(bytes, seed)
+}
+
+/// The seed Envoy passes to [`murmur2`] (its `MurmurHash::STD_HASH_SEED`).
+pub const MURMUR2_SEED: u64 = 0xc70f_6907;
+
+/// 64-bit MurmurHash2 as Envoy computes it for `hash_function: MURMUR_HASH_2`
+/// (the byte hash of libstdc++'s `std::hash` on 64-bit targets): 8-byte
+/// little-endian blocks, the tail read as a little-endian number, seed mixed
+/// with the length.
+pub fn murmur2(bytes: &[u8], seed: u64) -> u64 {
+    const MUL: u64 = 0xc6a4_a793_5bd1_e995;
+    let shift_mix = |v: u64| v ^ (v >> 47);
+    let mut hash = seed ^ (bytes.len() as u64).wrapping_mul(MUL);
+    let mut blocks = bytes.chunks_exact(8);
+    for block in &mut blocks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(block);
+        let data = shift_mix(u64::from_le_bytes(word).wrapping_mul(MUL)).wrapping_mul(MUL);
+        hash = (hash ^ data).wrapping_mul(MUL);
+    }
+    let tail = blocks.remainder();
+    if !tail.is_empty() {
+        let data = tail
+            .iter()
+            .rev()
+            .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+        hash = (hash ^ data).wrapping_mul(MUL);
+    }
+    shift_mix(shift_mix(hash).wrapping_mul(MUL))
 }
 
 /// The hash of a key as Envoy's header hash policy computes it for a single

@@ -6,7 +6,8 @@
 //! 2. `scale = min(ceil(min_w × minimum_ring_size) / min_w, maximum_ring_size)`,
 //!    so the lightest host gets a whole number of entries;
 //! 3. walking the hosts with running sums (`target += scale × w`), each host
-//!    pushes XXH64(`"<key>_<n>"`) for n = 0, 1, ... while `current < target`;
+//!    pushes XXH64(`"<key>_<n>"`) for n = 0, 1, ... while `current < target`
+//!    (MurmurHash2 instead with Envoy's `hash_function: MURMUR_HASH_2`);
 //! 4. entries are sorted by hash; a pick is the first entry whose hash is
 //!    ≥ the request's hash, wrapping to the first entry.
 //!
@@ -17,7 +18,7 @@
 
 use alloc::vec::Vec;
 
-use super::{ceil, normalize, xxh64, BuildError, Host};
+use super::{ceil, murmur2, normalize, xxh64, BuildError, Host, MURMUR2_SEED};
 
 /// Envoy's default `minimum_ring_size`.
 pub const DEFAULT_MIN_RING_SIZE: u64 = 1024;
@@ -26,7 +27,28 @@ pub const MAX_RING_SIZE: u64 = 8_388_608;
 /// gRPC's default `ring_size_cap`.
 pub const GRPC_RING_SIZE_CAP: u64 = 4096;
 
-/// Ring size bounds (Envoy's `RingHashLbConfig`, gRPC's `ring_hash_experimental`).
+/// How ring entries are hashed (Envoy's `RingHashLbConfig.hash_function`).
+/// Request hashes are XXH64 either way: this only changes the ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum HashFunction {
+    /// `XX_HASH`: XXH64, seed 0 (Envoy's default; the only one gRPC accepts).
+    #[default]
+    XxHash,
+    /// `MURMUR_HASH_2`: [`murmur2`] with Envoy's seed (Envoy only).
+    MurmurHash2,
+}
+
+impl HashFunction {
+    fn hash(self, key: &[u8]) -> u64 {
+        match self {
+            HashFunction::XxHash => xxh64(key, 0),
+            HashFunction::MurmurHash2 => murmur2(key, MURMUR2_SEED),
+        }
+    }
+}
+
+/// Ring size bounds (Envoy's `RingHashLbConfig`, gRPC's `ring_hash_experimental`)
+/// and the hash of its entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RingConfig {
     /// Lower bound on the number of entries (default 1024).
@@ -35,6 +57,8 @@ pub struct RingConfig {
     pub maximum_ring_size: u64,
     /// gRPC's cap applied to both bounds; `None` in Envoy.
     pub ring_size_cap: Option<u64>,
+    /// How entries are hashed (default XXH64).
+    pub hash_function: HashFunction,
 }
 
 impl Default for RingConfig {
@@ -43,6 +67,7 @@ impl Default for RingConfig {
             minimum_ring_size: DEFAULT_MIN_RING_SIZE,
             maximum_ring_size: MAX_RING_SIZE,
             ring_size_cap: None,
+            hash_function: HashFunction::XxHash,
         }
     }
 }
@@ -125,7 +150,7 @@ impl Ring {
                 key.truncate(stem);
                 push_decimal(&mut key, i);
                 // At most u32::MAX hosts: normalize bounds the weight sum.
-                entries.push((xxh64(&key, 0), index as u32));
+                entries.push((config.hash_function.hash(&key), index as u32));
                 i += 1;
                 current += 1.0;
             }
@@ -318,7 +343,7 @@ mod tests {
         let config = RingConfig {
             minimum_ring_size: 5,
             maximum_ring_size: 6,
-            ring_size_cap: None,
+            ..RingConfig::default()
         };
         let hosts: Vec<Host> = (0..4).map(|i| Host::new(format!("h{i}"), 1)).collect();
         let ring = Ring::build(hosts, &config).unwrap();
@@ -359,7 +384,7 @@ mod tests {
             err(RingConfig {
                 minimum_ring_size: 2048,
                 maximum_ring_size: 1024,
-                ring_size_cap: None
+                ..RingConfig::default()
             }),
             "minimum_ring_size: 2048 is above maximum_ring_size 1024"
         );

@@ -7,7 +7,10 @@ use serde_json::Value;
 use std::net::SocketAddr;
 
 use super::policy::{HashPolicies, HashRequest, Peer};
-use super::{combine, key_hash, xxh64, Host, Maglev, MaglevConfig, RequestHash, Ring, RingConfig};
+use super::{
+    combine, key_hash, murmur2, xxh64, Host, Maglev, MaglevConfig, RequestHash, Ring, RingConfig,
+    MURMUR2_SEED,
+};
 
 fn section() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../testdata/vectors.json");
@@ -58,6 +61,14 @@ fn xxh64_and_combine() {
     for v in list(&s, "xxh64") {
         assert_eq!(
             key_hash(v["input"].as_str().unwrap()),
+            hex(&v["hash"]),
+            "{v}"
+        );
+    }
+    for v in list(&s, "murmur2") {
+        let input = v["input"].as_str().unwrap();
+        assert_eq!(
+            murmur2(input.as_bytes(), MURMUR2_SEED),
             hex(&v["hash"]),
             "{v}"
         );

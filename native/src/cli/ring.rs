@@ -12,8 +12,8 @@ use std::net::{IpAddr, SocketAddr};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{json, Value};
 use tether_core::hash::{
-    key_hash, BuildError, HashPolicies, HashRequest, Host, Maglev, MaglevConfig, Peer, RequestHash,
-    Ring, RingConfig,
+    key_hash, BuildError, HashFunction, HashPolicies, HashRequest, Host, Maglev, MaglevConfig,
+    Peer, RequestHash, Ring, RingConfig,
 };
 
 /// Ring subcommands.
@@ -52,6 +52,9 @@ pub struct PickArgs {
     /// Cap both ring sizes at N, as gRPC does (its default cap is 4096).
     #[arg(long, value_name = "N")]
     ring_size_cap: Option<u64>,
+    /// How ring entries are hashed (Envoy's ring_hash_lb_config.hash_function).
+    #[arg(long, value_enum, default_value = "xx-hash")]
+    hash_function: RingHashFunction,
     /// Maglev table size (a prime).
     #[arg(long, value_name = "N", default_value_t = tether_core::hash::maglev::DEFAULT_TABLE_SIZE)]
     table_size: u64,
@@ -84,6 +87,15 @@ pub struct PickArgs {
     /// A filter-state string, KEY=VALUE; repeat for more.
     #[arg(long = "filter-state", value_name = "KEY=VALUE")]
     filter_state: Vec<String>,
+}
+
+/// Envoy's ring hash functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RingHashFunction {
+    /// XX_HASH (Envoy's default; the only one gRPC accepts).
+    XxHash,
+    /// MURMUR_HASH_2 (Envoy only).
+    MurmurHash2,
 }
 
 /// Whose hash-policy rules apply.
@@ -144,6 +156,10 @@ fn pick(a: PickArgs) -> Result<Vec<Value>, String> {
                 minimum_ring_size: a.min_ring_size,
                 maximum_ring_size: a.max_ring_size,
                 ring_size_cap: a.ring_size_cap,
+                hash_function: match a.hash_function {
+                    RingHashFunction::XxHash => HashFunction::XxHash,
+                    RingHashFunction::MurmurHash2 => HashFunction::MurmurHash2,
+                },
             };
             let ring = Ring::build(hosts, &config).map_err(cli_error)?;
             Box::new(move |h| ring.pick_host(h).key().to_string())
@@ -440,6 +456,29 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(out[0]["hash"], format!("{:016x}", key_hash("example.com")));
+    }
+
+    #[test]
+    fn murmur_hash_2_rings_are_core_rings_with_that_function() {
+        let mut args = vec!["pick", "--hash-function", "murmur-hash2"];
+        args.extend_from_slice(&HOSTS);
+        let keys: Vec<String> = (0..50).map(|i| format!("user-{i}")).collect();
+        args.extend(keys.iter().map(String::as_str));
+        let out = run_args(&args).unwrap();
+        let config = RingConfig {
+            hash_function: HashFunction::MurmurHash2,
+            ..RingConfig::default()
+        };
+        let hosts = ["127.0.0.1:441", "127.0.0.1:442", "127.0.0.1:443"];
+        let ring = Ring::build(hosts.map(|h| (h, 1)), &config).unwrap();
+        let xx = Ring::build(hosts.map(|h| (h, 1)), &RingConfig::default()).unwrap();
+        let mut differ = 0;
+        for (k, line) in keys.iter().zip(&out) {
+            let h = key_hash(k);
+            assert_eq!(line["host"], ring.pick_host(h).key(), "{k}");
+            differ += usize::from(ring.pick(h) != xx.pick(h));
+        }
+        assert!(differ > 0, "the hash function changes the ring");
     }
 
     #[test]
