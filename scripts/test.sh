@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tether's whole test suite, runnable on a fresh machine (installs what it needs):
 #   scripts/test.sh
-# Steps: formatting and lints; the no_std proof of tether-core; the wasm
+# Steps: formatting, lints and docs; the no_std proof of tether-core; the wasm
 # builds; every Rust test (unit, vectors, property, real Envoy and gRPC C-core
 # interop); a bounded fuzz run; the JavaScript package and its Chromium test;
 # a short run of the plugin benchmark script.
@@ -15,6 +15,8 @@ scripts/setup.sh
 step "format and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# Public items are documented (deny(missing_docs)) and doc links resolve.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 step "tether-core builds without std (no_std cdylib with its own panic handler), with and without regex"
 cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --release

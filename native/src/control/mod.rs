@@ -3,7 +3,7 @@
 //!
 //! - [`model`]: the YAML schema (services, endpoints, virtual hosts, routes,
 //!   affinity strategies in Contour's vocabulary) and its validation.
-//! - [`translate`]: model → Listener, RouteConfiguration, Cluster and
+//! - [`mod@translate`]: model → Listener, RouteConfiguration, Cluster and
 //!   ClusterLoadAssignment, for Envoy and for proxyless gRPC.
 //! - [`server`]: the ADS state-of-the-world server with versioned snapshots.
 //! - [`watch`]: reloading the file on change or SIGHUP, keeping the last
