@@ -184,6 +184,25 @@ pub fn one_cluster_yaml(
     lb_policy: &str,
     lb_endpoints: &str,
 ) -> String {
+    one_cluster_yaml_localities(
+        listen,
+        hash_policy,
+        lb_policy,
+        &format!("\n      - lb_endpoints:{lb_endpoints}"),
+    )
+}
+
+/// [`one_cluster_yaml`] with the cluster's whole `load_assignment.endpoints`
+/// list: `localities` stands right after the key `endpoints:`, block items
+/// (`- lb_endpoints: ...`, with `locality` and `load_balancing_weight` as
+/// wanted) each on a new line indented by six spaces. `lb_policy` may go on
+/// with more cluster fields on lines indented by four spaces.
+pub fn one_cluster_yaml_localities(
+    listen: u16,
+    hash_policy: &str,
+    lb_policy: &str,
+    localities: &str,
+) -> String {
     format!(
         r#"
 admin:
@@ -216,8 +235,7 @@ static_resources:
     lb_policy: {lb_policy}
     load_assignment:
       cluster_name: backends
-      endpoints:
-      - lb_endpoints:{lb_endpoints}
+      endpoints:{localities}
 "#
     )
 }

@@ -17,13 +17,13 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use tether_core::hash::policy::generated_value;
 use tether_core::hash::{
-    key_hash, HashFunction, HashPolicies, HashRequest, Host, Maglev, MaglevConfig, Peer,
+    key_hash, HashFunction, HashPolicies, HashRequest, Host, Locality, Maglev, MaglevConfig, Peer,
     RequestHash, Ring, RingConfig,
 };
 use tether_core::http::set_cookie::{CookieSpec, Style};
 use tether_testkit::backend::HttpBackend;
 use tether_testkit::client::Connection;
-use tether_testkit::envoy::{one_cluster_yaml, Envoy};
+use tether_testkit::envoy::{one_cluster_yaml, one_cluster_yaml_localities, Envoy};
 use tether_testkit::free_port;
 
 /// Weights of the six backends, deliberately unequal.
@@ -415,4 +415,94 @@ async fn generated_cookie_replayed_lands_where_core_says() {
         });
     }
     assert_no_mismatch("generated_cookie", &results, started);
+}
+
+/// Rings and Maglev tables of a cluster with `locality_weighted_lb_config`:
+/// three localities (weights 2, none and 5) over the six backends, the
+/// unweighted one receiving nothing. Envoy's choice for every key must be
+/// core's `build_localities` pick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locality_weighted_rings_and_tables_match_envoy() {
+    let mut backends = Vec::new();
+    for i in 0..WEIGHTS.len() {
+        backends.push(HttpBackend::start(&format!("backend-{i}")).await);
+    }
+    // Localities by backend index, with their weights (None: no weight set,
+    // which Envoy's locality weighting counts as 0).
+    let groups: [(&[usize], Option<u32>); 3] =
+        [(&[0, 1], Some(2)), (&[2], None), (&[3, 4, 5], Some(5))];
+    let mut localities_yaml = String::new();
+    let mut localities = Vec::new();
+    let mut names = HashMap::new();
+    for (zone, (members, weight)) in groups.iter().enumerate() {
+        localities_yaml.push_str(&format!(
+            "\n      - locality: {{ zone: z{zone} }}\n        lb_endpoints:"
+        ));
+        let mut hosts = Vec::new();
+        for &i in members.iter() {
+            let b = &backends[i];
+            localities_yaml.push_str(&format!(
+                "\n        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n          load_balancing_weight: {}",
+                b.addr().port(),
+                WEIGHTS[i]
+            ));
+            hosts.push(Host::from_addr(b.addr(), WEIGHTS[i]));
+            names.insert(b.addr().to_string(), b.name().to_string());
+        }
+        if let Some(w) = weight {
+            localities_yaml.push_str(&format!("\n        load_balancing_weight: {w}"));
+        }
+        localities.push(Locality::new(weight.unwrap_or(0), hosts));
+    }
+    let policy = r#"[{"header": {"header_name": "x-user"}}]"#;
+    let policies = HashPolicies::from_json(policy, Peer::Envoy).unwrap();
+    let ring = Ring::build_localities(&localities, &RingConfig::default()).unwrap();
+    let table = Maglev::build_localities(&localities, &MaglevConfig::default()).unwrap();
+    for (lb, test) in [
+        ("RING_HASH", "ring_localities"),
+        ("MAGLEV", "maglev_localities"),
+    ] {
+        let started = Instant::now();
+        let port = free_port();
+        let lb_yaml =
+            format!("{lb}\n    common_lb_config: {{ locality_weighted_lb_config: {{}} }}");
+        let config = one_cluster_yaml_localities(port, policy, &lb_yaml, &localities_yaml);
+        let envoy = Envoy::start(&config)
+            .await
+            .unwrap_or_else(|e| panic!("envoy: {e}\n{config}"));
+        let mut conn = Connection::open(SocketAddr::from(([127, 0, 0, 1], port)))
+            .await
+            .unwrap();
+        let mut rng = Rng::new(test);
+        let mut results = Vec::new();
+        for _ in 0..1000 {
+            let key = rng.key();
+            let headers = [("x-user", key.as_str())];
+            let envoy_pick = backend_for(&mut conn, &headers).await;
+            let h = policies
+                .evaluate(&HashRequest::new(&headers))
+                .hash
+                .value()
+                .expect("a header always hashes");
+            let host = if lb == "RING_HASH" {
+                ring.pick_host(h)
+            } else {
+                table.pick_host(h)
+            };
+            results.push(Compared {
+                key,
+                envoy: envoy_pick,
+                ours: names[host.key()].clone(),
+            });
+        }
+        assert_no_mismatch(test, &results, started);
+        let seen: std::collections::BTreeSet<&str> =
+            results.iter().map(|c| c.envoy.as_str()).collect();
+        assert!(
+            !seen.contains("backend-2"),
+            "{test}: a locality without weight got traffic"
+        );
+        assert_eq!(seen.len(), 5, "{test}: {seen:?}");
+        drop(envoy);
+    }
 }

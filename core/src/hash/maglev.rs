@@ -16,7 +16,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use super::{normalize, xxh64, BuildError, Host};
+use super::{normalize, normalize_localities, xxh64, BuildError, Host, Locality, Normalized};
 
 /// Envoy's default table size.
 pub const DEFAULT_TABLE_SIZE: u64 = 65_537;
@@ -92,7 +92,21 @@ impl Maglev {
         H: Into<Host>,
     {
         config.validate()?;
-        let n = normalize(hosts)?;
+        Maglev::from_normalized(normalize(hosts)?, config)
+    }
+
+    /// Builds the table over `localities` as Envoy does for a cluster with
+    /// `locality_weighted_lb_config`: hosts weighted by their locality's share
+    /// (see [`Locality`]); a locality of weight 0 is left out.
+    pub fn build_localities(
+        localities: &[Locality],
+        config: &MaglevConfig,
+    ) -> Result<Maglev, BuildError> {
+        config.validate()?;
+        Maglev::from_normalized(normalize_localities(localities)?, config)
+    }
+
+    fn from_normalized(n: Normalized, config: &MaglevConfig) -> Result<Maglev, BuildError> {
         // More hosts than u32 can index would not fit a table this size anyway.
         if n.hosts.len() >= EMPTY as usize {
             return Err(BuildError::TableSize {

@@ -186,6 +186,11 @@ pub enum BuildError {
         /// The sum.
         sum: u64,
     },
+    /// The locality weights add up to more than `u32::MAX` (Envoy's limit).
+    LocalityWeightSum {
+        /// The sum.
+        sum: u64,
+    },
     /// A ring size bound is out of range.
     RingSize {
         /// `minimum_ring_size`, `maximum_ring_size` or `ring_size_cap`.
@@ -221,6 +226,9 @@ impl fmt::Display for BuildError {
             BuildError::WeightSum { sum } => {
                 write!(f, "hosts: weights add up to {sum}, above {}", u32::MAX)
             }
+            BuildError::LocalityWeightSum { sum } => {
+                write!(f, "localities: weights add up to {sum}, above {}", u32::MAX)
+            }
             BuildError::RingSize { field, value } => {
                 write!(f, "{field}: {value} is outside 1..={}", ring::MAX_RING_SIZE)
             }
@@ -253,51 +261,115 @@ where
     H: Into<Host>,
 {
     let hosts: Vec<Host> = hosts.into_iter().map(Into::into).collect();
-    if hosts.is_empty() {
-        return Err(BuildError::EmptyHostSet);
+    let mut n = Normalized {
+        hosts: Vec::with_capacity(hosts.len()),
+        weights: Vec::with_capacity(hosts.len()),
+        min: 1.0,
+        max: 0.0,
+    };
+    n.push_locality(hosts, 1.0, &mut BTreeSet::new())?;
+    n.non_empty()
+}
+
+/// The hosts of one locality and the locality's weight (EDS
+/// `LocalityLbEndpoints.load_balancing_weight`), for rings and Maglev tables
+/// built as Envoy builds them with `locality_weighted_lb_config`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Locality {
+    /// The locality's weight; 0 leaves its hosts out.
+    pub weight: u32,
+    /// Its hosts, in order.
+    pub hosts: Vec<Host>,
+}
+
+impl Locality {
+    /// A locality of `weight` with `hosts`.
+    pub fn new<I, H>(weight: u32, hosts: I) -> Self
+    where
+        I: IntoIterator<Item = H>,
+        H: Into<Host>,
+    {
+        Locality {
+            weight,
+            hosts: hosts.into_iter().map(Into::into).collect(),
+        }
     }
-    let mut seen = BTreeSet::new();
-    let mut sum = 0u64;
-    for (index, h) in hosts.iter().enumerate() {
-        if h.key.is_empty() {
-            return Err(BuildError::EmptyKey { index });
-        }
-        if h.weight == 0 {
-            return Err(BuildError::ZeroWeight {
-                host: h.key.clone(),
-            });
-        }
-        if !seen.insert(h.key.as_str()) {
-            return Err(BuildError::DuplicateHost {
-                host: h.key.clone(),
-            });
-        }
-        sum += u64::from(h.weight);
-    }
+}
+
+/// Checks localities and normalises their hosts' weights as Envoy does with
+/// locality weighting: a host's weight is `w × (lw / Σlw) / Σw` over its
+/// locality; hosts come locality by locality, in order.
+pub(crate) fn normalize_localities(localities: &[Locality]) -> Result<Normalized, BuildError> {
+    let sum: u64 = localities.iter().map(|l| u64::from(l.weight)).sum();
     if sum > u64::from(u32::MAX) {
-        return Err(BuildError::WeightSum { sum });
+        return Err(BuildError::LocalityWeightSum { sum });
     }
-    drop(seen);
-    // Same operations, in the same order, as Envoy's normalizeHostWeights, so
-    // the doubles (and so the ring) come out bit for bit identical.
-    let total = sum as f64;
-    let mut min = 1.0f64;
-    let mut max = 0.0f64;
-    let weights: Vec<f64> = hosts
-        .iter()
-        .map(|h| {
-            let w = f64::from(h.weight) * 1.0 / total;
-            min = min.min(w);
-            max = max.max(w);
-            w
-        })
-        .collect();
-    Ok(Normalized {
-        hosts,
-        weights,
-        min,
-        max,
-    })
+    let mut n = Normalized {
+        hosts: Vec::new(),
+        weights: Vec::new(),
+        min: 1.0,
+        max: 0.0,
+    };
+    let mut seen = BTreeSet::new();
+    for l in localities.iter().filter(|l| l.weight != 0) {
+        let share = f64::from(l.weight) / sum as f64;
+        n.push_locality(l.hosts.clone(), share, &mut seen)?;
+    }
+    n.non_empty()
+}
+
+impl Normalized {
+    /// Checks `hosts` (keys unique across every call, via `seen`) and adds
+    /// them with weights `w × share / Σw`, the operations and order of
+    /// Envoy's normalizeHostWeights, so the doubles (and so the tables) come
+    /// out bit for bit identical.
+    fn push_locality(
+        &mut self,
+        hosts: Vec<Host>,
+        share: f64,
+        seen: &mut BTreeSet<String>,
+    ) -> Result<(), BuildError> {
+        let mut sum = 0u64;
+        for (i, h) in hosts.iter().enumerate() {
+            if h.key.is_empty() {
+                // Counted across localities, as the hosts are laid out.
+                return Err(BuildError::EmptyKey {
+                    index: self.hosts.len() + i,
+                });
+            }
+            if h.weight == 0 {
+                return Err(BuildError::ZeroWeight {
+                    host: h.key.clone(),
+                });
+            }
+            if !seen.insert(h.key.clone()) {
+                return Err(BuildError::DuplicateHost {
+                    host: h.key.clone(),
+                });
+            }
+            sum += u64::from(h.weight);
+        }
+        if sum > u64::from(u32::MAX) {
+            return Err(BuildError::WeightSum { sum });
+        }
+        let total = sum as f64;
+        for h in hosts {
+            let w = f64::from(h.weight) * share / total;
+            self.min = self.min.min(w);
+            self.max = self.max.max(w);
+            self.weights.push(w);
+            self.hosts.push(h);
+        }
+        Ok(())
+    }
+
+    fn non_empty(self) -> Result<Normalized, BuildError> {
+        if self.hosts.is_empty() {
+            Err(BuildError::EmptyHostSet)
+        } else {
+            Ok(self)
+        }
+    }
 }
 
 /// `ceil` for finite non-negative doubles (`f64::ceil` needs std).
@@ -381,5 +453,74 @@ mod tests {
         ] {
             assert_eq!(ceil(x), c, "{x}");
         }
+    }
+
+    #[test]
+    fn localities_weigh_hosts_by_their_share() {
+        let hosts = [("10.0.0.1:80", 1), ("10.0.0.2:80", 3)];
+        // One locality: the same weights as no locality at all.
+        let one = normalize_localities(&[Locality::new(7, hosts)]).unwrap();
+        let flat = normalize(hosts).unwrap();
+        assert_eq!(one.weights, flat.weights);
+        assert_eq!(one.hosts, flat.hosts);
+        // Locality b has three times a's weight; within a locality the host
+        // weights split its share.
+        let n = normalize_localities(&[
+            Locality::new(1, [("a1:1", 1), ("a2:1", 1)]),
+            Locality::new(0, [("z:1", 5)]),
+            Locality::new(3, [("b1:1", 1)]),
+        ])
+        .unwrap();
+        let keys: Vec<&str> = n.hosts.iter().map(Host::key).collect();
+        assert_eq!(keys, ["a1:1", "a2:1", "b1:1"], "weight 0 leaves z out");
+        assert_eq!(n.weights, [0.125, 0.125, 0.75]);
+        assert_eq!((n.min, n.max), (0.125, 0.75));
+        let ring = Ring::build_localities(
+            &[
+                Locality::new(1, [("a1:1", 1), ("a2:1", 1)]),
+                Locality::new(3, [("b1:1", 1)]),
+            ],
+            &RingConfig::default(),
+        )
+        .unwrap();
+        // The lightest host gets ceil(0.125 × 1024) = 128 entries; 1,024 in all.
+        assert_eq!(ring.entries_per_host(), [128, 128, 768]);
+        let table = Maglev::build_localities(
+            &[
+                Locality::new(1, [("a:1", 1)]),
+                Locality::new(1, [("b:1", 1)]),
+            ],
+            &MaglevConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(table.len(), 65537);
+    }
+
+    #[test]
+    fn locality_errors_name_what_is_wrong() {
+        let err = |l: &[Locality]| normalize_localities(l).err().unwrap().to_string();
+        assert_eq!(
+            err(&[Locality::new(0, [("a:1", 1)])]),
+            "hosts: the host set is empty"
+        );
+        assert_eq!(err(&[]), "hosts: the host set is empty");
+        assert_eq!(
+            err(&[
+                Locality::new(1, [("a:1", 1)]),
+                Locality::new(1, [("a:1", 1)])
+            ]),
+            "hosts: \"a:1\" appears more than once"
+        );
+        assert_eq!(
+            err(&[
+                Locality::new(u32::MAX, [("a:1", 1)]),
+                Locality::new(1, [("b:1", 1)])
+            ]),
+            "localities: weights add up to 4294967296, above 4294967295"
+        );
+        assert_eq!(
+            err(&[Locality::new(1, [("a:1", 1)]), Locality::new(1, [("", 1)])]),
+            "hosts[1]: \"\" is an empty key"
+        );
     }
 }

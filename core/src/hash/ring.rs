@@ -18,7 +18,10 @@
 
 use alloc::vec::Vec;
 
-use super::{ceil, murmur2, normalize, xxh64, BuildError, Host, MURMUR2_SEED};
+use super::{
+    ceil, murmur2, normalize, normalize_localities, xxh64, BuildError, Host, Locality, Normalized,
+    MURMUR2_SEED,
+};
 
 /// Envoy's default `minimum_ring_size`.
 pub const DEFAULT_MIN_RING_SIZE: u64 = 1024;
@@ -132,7 +135,32 @@ impl Ring {
         H: Into<Host>,
     {
         let (min_size, max_size) = config.validate()?;
-        let n = normalize(hosts)?;
+        Ring::from_normalized(normalize(hosts)?, min_size, max_size, config)
+    }
+
+    /// Builds the ring over `localities` as Envoy does for a cluster with
+    /// `locality_weighted_lb_config`: hosts weighted by their locality's share
+    /// (see [`Locality`]), locality by locality; a locality of weight 0 is
+    /// left out.
+    pub fn build_localities(
+        localities: &[Locality],
+        config: &RingConfig,
+    ) -> Result<Ring, BuildError> {
+        let (min_size, max_size) = config.validate()?;
+        Ring::from_normalized(
+            normalize_localities(localities)?,
+            min_size,
+            max_size,
+            config,
+        )
+    }
+
+    fn from_normalized(
+        n: Normalized,
+        min_size: u64,
+        max_size: u64,
+        config: &RingConfig,
+    ) -> Result<Ring, BuildError> {
         let scale = (ceil(n.min * min_size as f64) / n.min).min(max_size as f64);
         let size = ceil(scale) as usize;
         let mut entries: Vec<(u64, u32)> = Vec::with_capacity(size);
