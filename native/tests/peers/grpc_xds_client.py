@@ -5,13 +5,17 @@ generated stubs are needed) and prints one JSON line per call: the backend
 that answered, its address, and the Set-Cookie of the response's initial
 metadata. The bootstrap comes from GRPC_XDS_BOOTSTRAP.
 
-usage: grpc_xds_client.py [--warm N] TARGET CALLS [COOKIE]
+usage: grpc_xds_client.py [--warm N] [--keys-header NAME] TARGET CALLS [COOKIE]
 
 --warm N first makes unprinted calls without a cookie until N distinct
 backends have answered (at most 200 calls or 20 s, else exit 2). Round
 robin only uses connected subchannels, so a fresh channel's first calls can
 all reach the one backend that connected first; warming makes a test of the
 spread independent of connect timing.
+
+--keys-header NAME reads keys from standard input, one a line, and makes one
+call per key (CALLS is then ignored) with the metadata NAME: key; each JSON
+line carries its "key", so a hash policy's picks can be compared key by key.
 """
 
 import json
@@ -87,11 +91,20 @@ def warm(echo, distinct):
 def main():
     args = sys.argv[1:]
     distinct = 0
-    if args[:1] == ["--warm"]:
-        distinct = int(args[1])
+    keys_header = None
+    while args and args[0].startswith("--"):
+        if args[0] == "--warm":
+            distinct = int(args[1])
+        elif args[0] == "--keys-header":
+            keys_header = args[1]
+        else:
+            sys.exit("unknown option %s" % args[0])
         args = args[2:]
     target, calls = args[0], int(args[1])
     cookie = args[2] if len(args) > 2 else None
+    keys = [None] * calls
+    if keys_header:
+        keys = [line.rstrip("\n") for line in sys.stdin]
     with grpc.insecure_channel(target) as channel:
         echo = channel.unary_unary(
             "/tether.demo.v1.Echo/Echo",
@@ -100,11 +113,13 @@ def main():
         )
         if distinct:
             warm(echo, distinct)
-        for i in range(calls):
-            metadata = [("cookie", cookie)] if cookie else None
+        for i, key in enumerate(keys):
+            metadata = [("cookie", cookie)] if cookie else []
+            if key is not None:
+                metadata.append((keys_header, key))
             reply, call = echo.with_call(
                 encode_request("call %d" % i),
-                metadata=metadata,
+                metadata=metadata or None,
                 timeout=20,
                 wait_for_ready=True,
             )
@@ -112,6 +127,7 @@ def main():
             fields = decode_reply(reply)
             print(json.dumps({
                 "call": i,
+                "key": key,
                 "backend": fields.get(2, ""),
                 "address": fields.get(3, ""),
                 "set_cookie": set_cookie,
