@@ -440,7 +440,7 @@ async fn grpcio_client_fails_over_through_aggregate_services() {
 /// lists them in), and C-core's 4096-entry cap. Observed with grpcio 1.85.1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpcio_ring_hash_picks_what_core_picks_with_grpc_rules() {
-    use tether_core::hash::{HashPolicies, HashRequest, Host, Peer, Ring, RingConfig};
+    use tether_core::hash::{HashPolicies, HashRequest, Host, Locality, Peer, Ring, RingConfig};
 
     // (name, locality, endpoint weight); us/b comes first in the file, so
     // the file's order is not the localities' name order.
@@ -487,15 +487,20 @@ services:
     std::fs::write(&bootstrap, control.bootstrap_json("grpcio-ring-hash")).unwrap();
     let py = python().await;
 
-    // Core's side: localities by name, endpoints in file order within each.
-    let mut ordered: Vec<_> = backends.iter().collect();
-    ordered.sort_by_key(|(_, locality, ..)| *locality);
-    let hosts: Vec<Host> = ordered
+    // Core's side, with gRPC's rules; tether-control names the localities
+    // region "us", zones "a" and "b".
+    let localities: Vec<Locality> = ["us/b", "us/a"]
         .iter()
-        .map(|(_, locality, weight, addr, _)| {
-            Host::from_addr(*addr, weight * locality_weight(locality))
+        .map(|name| {
+            let hosts = backends
+                .iter()
+                .filter(|(_, locality, ..)| locality == name)
+                .map(|(_, _, weight, addr, _)| Host::from_addr(*addr, *weight));
+            let (region, zone) = name.split_once('/').unwrap();
+            Locality::new(locality_weight(name), hosts).named(region, zone, "")
         })
         .collect();
+    let hosts = Locality::grpc_hosts(&localities).unwrap();
     let names: std::collections::HashMap<String, &str> = backends
         .iter()
         .map(|(name, _, _, addr, _)| (addr.to_string(), *name))

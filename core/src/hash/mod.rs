@@ -271,11 +271,27 @@ where
     n.non_empty()
 }
 
+/// A locality's name as EDS gives it. Ordered field by field (region, then
+/// zone, then sub-zone), as gRPC orders localities.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LocalityName {
+    /// `region`.
+    pub region: String,
+    /// `zone`.
+    pub zone: String,
+    /// `sub_zone`.
+    pub sub_zone: String,
+}
+
 /// The hosts of one locality and the locality's weight (EDS
 /// `LocalityLbEndpoints.load_balancing_weight`), for rings and Maglev tables
-/// built as Envoy builds them with `locality_weighted_lb_config`.
+/// over localities: as Envoy builds them with `locality_weighted_lb_config`
+/// ([`Ring::build_localities`]), or as gRPC weighs them for ring hash
+/// ([`Locality::grpc_hosts`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Locality {
+    /// The locality's name (gRPC orders localities by it).
+    pub name: LocalityName,
     /// The locality's weight; 0 leaves its hosts out.
     pub weight: u32,
     /// Its hosts, in order.
@@ -283,16 +299,51 @@ pub struct Locality {
 }
 
 impl Locality {
-    /// A locality of `weight` with `hosts`.
+    /// An unnamed locality of `weight` with `hosts`.
     pub fn new<I, H>(weight: u32, hosts: I) -> Self
     where
         I: IntoIterator<Item = H>,
         H: Into<Host>,
     {
         Locality {
+            name: LocalityName::default(),
             weight,
             hosts: hosts.into_iter().map(Into::into).collect(),
         }
+    }
+
+    /// The same locality, named.
+    pub fn named(mut self, region: &str, zone: &str, sub_zone: &str) -> Self {
+        self.name = LocalityName {
+            region: region.to_string(),
+            zone: zone.to_string(),
+            sub_zone: sub_zone.to_string(),
+        };
+        self
+    }
+
+    /// The hosts a gRPC ring hash is built over (gRFC A42 as gRPC C-core
+    /// does it, observed with grpcio): localities in name order (not the
+    /// order EDS lists them in), a locality of weight 0 left out, each
+    /// host weighing its weight × its locality's weight (not Envoy's share
+    /// within the locality). Build the ring with [`Ring::build`] and
+    /// [`RingConfig::grpc`].
+    pub fn grpc_hosts(localities: &[Locality]) -> Result<Vec<Host>, BuildError> {
+        let mut ordered: Vec<&Locality> = localities.iter().filter(|l| l.weight != 0).collect();
+        ordered.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut hosts = Vec::new();
+        for l in ordered {
+            for h in &l.hosts {
+                let weight =
+                    h.weight
+                        .checked_mul(l.weight)
+                        .ok_or_else(|| BuildError::WeightSum {
+                            sum: u64::from(h.weight) * u64::from(l.weight),
+                        })?;
+                hosts.push(Host::new(h.key.clone(), weight));
+            }
+        }
+        Ok(hosts)
     }
 }
 
@@ -494,6 +545,36 @@ mod tests {
         )
         .unwrap();
         assert_eq!(table.len(), 65537);
+    }
+
+    #[test]
+    fn grpc_hosts_multiply_weights_and_order_localities_by_name() {
+        let hosts = Locality::grpc_hosts(&[
+            Locality::new(1, [("b0:1", 3), ("b2:1", 4)]).named("us", "b", ""),
+            Locality::new(0, [("z:1", 1)]).named("aa", "", ""),
+            Locality::new(2, [("b1:1", 3), ("b3:1", 2)]).named("us", "a", ""),
+            // Field by field: region "us" sorts before "us-east", although
+            // "us-east/..." sorts before "us/..." as text.
+            Locality::new(1, [("e:1", 1)]).named("us-east", "a", ""),
+        ])
+        .unwrap();
+        let got: Vec<(&str, u32)> = hosts.iter().map(|h| (h.key(), h.weight())).collect();
+        assert_eq!(
+            got,
+            [
+                ("b1:1", 6),
+                ("b3:1", 4),
+                ("b0:1", 3),
+                ("b2:1", 4),
+                ("e:1", 1)
+            ]
+        );
+        assert_eq!(
+            Locality::grpc_hosts(&[Locality::new(u32::MAX, [("a:1", 2)])])
+                .unwrap_err()
+                .to_string(),
+            "hosts: weights add up to 8589934590, above 4294967295"
+        );
     }
 
     #[test]
