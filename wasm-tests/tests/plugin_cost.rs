@@ -12,10 +12,8 @@
 //! `cargo build -p tether-plugin --target wasm32-wasip1 --profile wasm`
 //! (`TETHER_PLUGIN_WASM` points elsewhere).
 
-use std::sync::OnceLock;
-
 use serde_json::{json, Value};
-use tether_wasm_tests::host::{plugin_wasm, Host, LogLevel, Wasm};
+use tether_wasm_tests::host::{loaded_plugin, Host, LogLevel};
 
 const NOW: u64 = 1_795_348_000;
 const COOKIE: &str = "global-session-cookie";
@@ -34,18 +32,6 @@ struct Budget {
     pinned_request: u64,
     /// Its response, served by the pinned host.
     pinned_response: u64,
-}
-
-fn wasm() -> &'static Wasm {
-    static WASM: OnceLock<Result<Wasm, String>> = OnceLock::new();
-    let loaded = WASM.get_or_init(|| {
-        let path = plugin_wasm()?;
-        Wasm::load(&path).map_err(|e| e.to_string())
-    });
-    match loaded {
-        Ok(w) => w,
-        Err(e) => panic!("{e}"),
-    }
 }
 
 /// The lead's example configuration with `extra` fields added.
@@ -120,7 +106,9 @@ fn exchange(host: &mut Host, cookie: Option<&str>, served: &str) -> Exchange {
 /// host's one-time translation of the code is not counted) and checks the
 /// fuel of each callback against `budget`.
 fn within_budget(cfg: &str, budget: &Budget) {
-    let mut host = wasm().instantiate().unwrap_or_else(|e| panic!("{e}"));
+    let mut host = loaded_plugin()
+        .instantiate()
+        .unwrap_or_else(|e| panic!("{e}"));
     host.set_epoch_seconds(NOW);
     // Per-request debug lines stay off, as with Envoy's default log level.
     host.set_log_level(LogLevel::Info);

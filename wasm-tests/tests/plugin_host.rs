@@ -8,13 +8,12 @@
 //! `cargo build -p tether-plugin --target wasm32-wasip1 --profile wasm`
 //! (`TETHER_PLUGIN_WASM` points elsewhere).
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tether_core::address::AddressList;
 use tether_core::cookie::{self, KeyRing, SessionCookie};
-use tether_wasm_tests::host::{plugin_wasm, Host, HostError, LogLevel, StreamRecord, Wasm};
+use tether_wasm_tests::host::{loaded_plugin, Host, HostError, LogLevel, StreamRecord};
 
 /// The clock every test starts at (epoch seconds), below the expiry of the
 /// vectors that carry one.
@@ -28,18 +27,6 @@ const KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZg==";
 /// `response.code_details` when the connection to the host was refused.
 const CONNECT_FAILED: &str =
     "upstream_reset_before_response_started{remote_connection_failure,delayed_connect_error:_111}";
-
-fn wasm() -> &'static Wasm {
-    static WASM: OnceLock<Result<Wasm, String>> = OnceLock::new();
-    let loaded = WASM.get_or_init(|| {
-        let path = plugin_wasm()?;
-        Wasm::load(&path).map_err(|e| e.to_string())
-    });
-    match loaded {
-        Ok(w) => w,
-        Err(e) => panic!("{e}"),
-    }
-}
 
 /// The lead's example configuration (cookie mode, list encoding), unsigned.
 fn base() -> Value {
@@ -70,7 +57,9 @@ fn config(changes: Value) -> String {
 
 /// A fresh VM configured with `config`, its clock at [`NOW`].
 fn plugin(config: &str) -> Host {
-    let mut host = wasm().instantiate().unwrap_or_else(|e| panic!("{e}"));
+    let mut host = loaded_plugin()
+        .instantiate()
+        .unwrap_or_else(|e| panic!("{e}"));
     host.set_epoch_seconds(NOW);
     match host.configure(config) {
         Ok(true) => host,
@@ -225,7 +214,7 @@ fn invalid_configurations_are_refused_and_the_log_names_the_field() {
         ("{\"cookie\":".to_string(), "configuration"),
     ];
     for (text, field) in cases {
-        let mut host = wasm().instantiate().unwrap();
+        let mut host = loaded_plugin().instantiate().unwrap();
         let accepted = host
             .configure(text)
             .unwrap_or_else(|e| panic!("{e}\nconfig: {text}"));
@@ -1189,13 +1178,13 @@ fn garbage_config(rng: &mut Rng) -> Vec<u8> {
 fn garbage_configurations_never_trap() {
     let seed = seed(3);
     let mut rng = Rng(seed);
-    let mut host = wasm().instantiate().unwrap();
+    let mut host = loaded_plugin().instantiate().unwrap();
     host.set_epoch_seconds(NOW);
     let (mut accepted, mut refused) = (0, 0);
     for i in 0..600 {
         if i % 100 == 0 {
             // A fresh VM now and then, as Envoy makes one per worker.
-            host = wasm().instantiate().unwrap();
+            host = loaded_plugin().instantiate().unwrap();
             host.set_epoch_seconds(NOW);
         }
         let text = garbage_config(&mut rng);

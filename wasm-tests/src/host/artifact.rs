@@ -3,6 +3,9 @@
 //! and a missing file is an error that says how to build it.
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use super::Wasm;
 
 /// The workspace's `target/` (or `$CARGO_TARGET_DIR`).
 fn target_dir() -> PathBuf {
@@ -39,6 +42,20 @@ pub fn wasm_artifact(package: &str, env: &str) -> Result<PathBuf, String> {
 /// The tether plugin (`TETHER_PLUGIN_WASM` overrides).
 pub fn plugin_wasm() -> Result<PathBuf, String> {
     wasm_artifact("tether-plugin", "TETHER_PLUGIN_WASM")
+}
+
+/// The tether plugin, compiled once per test process and shared by its
+/// tests; panics with the build command when the file is missing.
+pub fn loaded_plugin() -> &'static Wasm {
+    static WASM: OnceLock<Result<Wasm, String>> = OnceLock::new();
+    let loaded = WASM.get_or_init(|| {
+        let path = plugin_wasm()?;
+        Wasm::load(&path).map_err(|e| e.to_string())
+    });
+    match loaded {
+        Ok(w) => w,
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// The empty filter (`TETHER_EMPTY_FILTER_WASM` overrides).

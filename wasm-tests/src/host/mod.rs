@@ -70,7 +70,7 @@ use wasmi::{
 };
 
 pub use abi::{Action, LogLevel, MapType, Pairs};
-pub use artifact::{empty_filter_wasm, plugin_wasm, wasm_artifact};
+pub use artifact::{empty_filter_wasm, loaded_plugin, plugin_wasm, wasm_artifact};
 pub use state::{ForeignCall, HeaderOp, LocalResponse, LogLine, Metric, OpKind, StreamRecord};
 
 use state::{Phase, State};
