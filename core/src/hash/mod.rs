@@ -283,6 +283,16 @@ pub struct LocalityName {
     pub sub_zone: String,
 }
 
+impl fmt::Display for LocalityName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{{region={:?}, zone={:?}, sub_zone={:?}}}",
+            self.region, self.zone, self.sub_zone
+        )
+    }
+}
+
 /// The hosts of one locality and the locality's weight (EDS
 /// `LocalityLbEndpoints.load_balancing_weight`), for rings and Maglev tables
 /// over localities: as Envoy builds them with `locality_weighted_lb_config`

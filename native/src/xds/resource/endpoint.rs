@@ -162,26 +162,9 @@ pub struct Priority {
     pub localities: Vec<LocalityEndpoints>,
 }
 
-/// Region, zone and sub-zone.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct LocalityName {
-    /// Region.
-    pub region: String,
-    /// Zone.
-    pub zone: String,
-    /// Sub-zone.
-    pub sub_zone: String,
-}
-
-impl fmt::Display for LocalityName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{{region={:?}, zone={:?}, sub_zone={:?}}}",
-            self.region, self.zone, self.sub_zone
-        )
-    }
-}
+/// Region, zone and sub-zone (core's, which also orders localities for
+/// gRPC's ring hash).
+pub use tether_core::hash::LocalityName;
 
 /// A weighted locality and its endpoints.
 #[derive(Debug, Clone, PartialEq, Eq)]

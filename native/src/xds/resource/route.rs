@@ -435,33 +435,28 @@ fn route_action(c: &mut Check, a: &rpb::RouteAction) -> Option<RouteAction> {
 }
 
 fn weighted(c: &mut Check, w: &rpb::WeightedCluster) -> Option<ClusterSpecifier> {
-    let mut out = Vec::with_capacity(w.clusters.len());
     let mut total: u64 = 0;
-    c.at("clusters", |c| {
-        if w.clusters.is_empty() {
-            c.fail("must be non-empty");
+    if w.clusters.is_empty() {
+        c.fail_at("clusters", "must be non-empty");
+    }
+    let out = c.each("clusters", &w.clusters, |c, cw| {
+        if cw.name.is_empty() {
+            c.fail_at("name", "field not present");
         }
-        for (i, cw) in w.clusters.iter().enumerate() {
-            c.index(i, |c| {
-                if cw.name.is_empty() {
-                    c.fail_at("name", "field not present");
-                }
-                let weight = match &cw.weight {
-                    Some(v) => v.value,
-                    None => {
-                        c.fail_at("weight", "field not present");
-                        0
-                    }
-                };
-                total += u64::from(weight);
-                let filter_overrides = overrides(c, &cw.typed_per_filter_config);
-                out.push(ClusterWeight {
-                    name: cw.name.clone(),
-                    weight,
-                    filter_overrides,
-                });
-            });
-        }
+        let weight = match &cw.weight {
+            Some(v) => v.value,
+            None => {
+                c.fail_at("weight", "field not present");
+                0
+            }
+        };
+        total += u64::from(weight);
+        let filter_overrides = overrides(c, &cw.typed_per_filter_config);
+        Some(ClusterWeight {
+            name: cw.name.clone(),
+            weight,
+            filter_overrides,
+        })
     });
     if total == 0 && !w.clusters.is_empty() {
         c.fail("sum of cluster weights is zero");
