@@ -261,14 +261,46 @@ where
     H: Into<Host>,
 {
     let hosts: Vec<Host> = hosts.into_iter().map(Into::into).collect();
+    let sum = check_hosts(&hosts, 0, &mut BTreeSet::new())?;
     let mut n = Normalized {
         hosts: Vec::with_capacity(hosts.len()),
         weights: Vec::with_capacity(hosts.len()),
         min: 1.0,
         max: 0.0,
     };
-    n.push_locality(hosts, 1.0, &mut BTreeSet::new())?;
+    n.push_locality(hosts, sum, 1.0);
     n.non_empty()
+}
+
+/// Checks `hosts` (laid out from position `offset`): keys non-empty and
+/// unique across every call sharing `seen`, weights at least 1 and adding up
+/// to at most `u32::MAX`; returns that sum.
+fn check_hosts<'a>(
+    hosts: &'a [Host],
+    offset: usize,
+    seen: &mut BTreeSet<&'a str>,
+) -> Result<u64, BuildError> {
+    let mut sum = 0u64;
+    for (i, h) in hosts.iter().enumerate() {
+        if h.key.is_empty() {
+            return Err(BuildError::EmptyKey { index: offset + i });
+        }
+        if h.weight == 0 {
+            return Err(BuildError::ZeroWeight {
+                host: h.key.clone(),
+            });
+        }
+        if !seen.insert(h.key.as_str()) {
+            return Err(BuildError::DuplicateHost {
+                host: h.key.clone(),
+            });
+        }
+        sum += u64::from(h.weight);
+    }
+    if sum > u64::from(u32::MAX) {
+        return Err(BuildError::WeightSum { sum });
+    }
+    Ok(sum)
 }
 
 /// A locality's name as EDS gives it. Ordered field by field (region, then
@@ -373,46 +405,19 @@ pub(crate) fn normalize_localities(localities: &[Locality]) -> Result<Normalized
     };
     let mut seen = BTreeSet::new();
     for l in localities.iter().filter(|l| l.weight != 0) {
+        let host_sum = check_hosts(&l.hosts, n.hosts.len(), &mut seen)?;
         let share = f64::from(l.weight) / sum as f64;
-        n.push_locality(l.hosts.clone(), share, &mut seen)?;
+        n.push_locality(l.hosts.clone(), host_sum, share);
     }
     n.non_empty()
 }
 
 impl Normalized {
-    /// Checks `hosts` (keys unique across every call, via `seen`) and adds
-    /// them with weights `w × share / Σw`, the operations and order of
-    /// Envoy's normalizeHostWeights, so the doubles (and so the tables) come
-    /// out bit for bit identical.
-    fn push_locality(
-        &mut self,
-        hosts: Vec<Host>,
-        share: f64,
-        seen: &mut BTreeSet<String>,
-    ) -> Result<(), BuildError> {
-        let mut sum = 0u64;
-        for (i, h) in hosts.iter().enumerate() {
-            if h.key.is_empty() {
-                // Counted across localities, as the hosts are laid out.
-                return Err(BuildError::EmptyKey {
-                    index: self.hosts.len() + i,
-                });
-            }
-            if h.weight == 0 {
-                return Err(BuildError::ZeroWeight {
-                    host: h.key.clone(),
-                });
-            }
-            if !seen.insert(h.key.clone()) {
-                return Err(BuildError::DuplicateHost {
-                    host: h.key.clone(),
-                });
-            }
-            sum += u64::from(h.weight);
-        }
-        if sum > u64::from(u32::MAX) {
-            return Err(BuildError::WeightSum { sum });
-        }
+    /// Adds checked `hosts` (weights adding up to `sum`) with weights
+    /// `w × share / sum`: the operations and order of Envoy's
+    /// normalizeHostWeights, so the doubles (and so the tables) come out bit
+    /// for bit identical.
+    fn push_locality(&mut self, hosts: Vec<Host>, sum: u64, share: f64) {
         let total = sum as f64;
         for h in hosts {
             let w = f64::from(h.weight) * share / total;
@@ -421,7 +426,6 @@ impl Normalized {
             self.weights.push(w);
             self.hosts.push(h);
         }
-        Ok(())
     }
 
     fn non_empty(self) -> Result<Normalized, BuildError> {
