@@ -8,7 +8,7 @@ mod xds_support;
 use std::time::Duration;
 
 use tether::xds::client::{ClientOptions, ResourceStatus};
-use tether::xds::{ResourceKind, XdsClient, XdsError};
+use tether::xds::{ResourceKind, ResourceState, Watcher, XdsClient, XdsError};
 use tokio::time::Instant;
 use xds_support::{bootstrap, make, Fixture, Mode, LDS};
 
@@ -19,6 +19,19 @@ async fn wait<T>(what: &str, secs: u64, f: impl std::future::Future<Output = T>)
         Ok(v) => v,
         Err(_) => panic!("timed out waiting for {what}"),
     }
+}
+
+/// Waits (paused time, up to 600 s) until `w`'s resource does not exist;
+/// returns its state and when that was seen.
+async fn does_not_exist(w: &mut Watcher) -> (ResourceState, Instant) {
+    let s = wait(
+        "does-not-exist",
+        600,
+        w.wait_for(|s| s.status == ResourceStatus::DoesNotExist),
+    )
+    .await
+    .unwrap();
+    (s, Instant::now())
 }
 
 fn assert_connectivity(err: &XdsError, addr: std::net::SocketAddr) {
@@ -251,14 +264,7 @@ async fn does_not_exist_timer_starts_only_once_connected() {
     ));
     // The server comes up but never answers.
     let f = Fixture::start_at(addr, Mode::Withhold).await;
-    let s = wait(
-        "does-not-exist",
-        600,
-        w.wait_for(|s| s.status == ResourceStatus::DoesNotExist),
-    )
-    .await
-    .unwrap();
-    let fired = Instant::now();
+    let (s, fired) = does_not_exist(&mut w).await;
     let sent = f
         .requests()
         .iter()
@@ -284,14 +290,7 @@ async fn does_not_exist_timer_restarts_on_a_new_stream_while_uncached() {
     assert_eq!(w.current().status, ResourceStatus::Requested);
     // The stream fails before any response: a new one starts after backoff.
     f.reset_streams();
-    let s = wait(
-        "does-not-exist",
-        600,
-        w.wait_for(|s| s.status == ResourceStatus::DoesNotExist),
-    )
-    .await
-    .unwrap();
-    let fired = Instant::now();
+    let (s, fired) = does_not_exist(&mut w).await;
     let second = f
         .requests()
         .iter()
