@@ -46,12 +46,6 @@ fn tether() -> Command {
     c
 }
 
-fn write_bootstrap(dir: &TempDir, json: &str) -> std::path::PathBuf {
-    let path = dir.0.join("bootstrap.json");
-    std::fs::write(&path, json).unwrap();
-    path
-}
-
 fn fixture_bootstrap(f: &Fixture, node: &str) -> String {
     format!(
         r#"{{"xds_servers":[{{"server_uri":"{}","channel_creds":[{{"type":"insecure"}}]}}],"node":{{"id":"{node}"}}}}"#,
@@ -199,7 +193,7 @@ fn statuses(doc: &Value) -> Vec<(String, String)> {
 async fn dump_shows_what_tether_control_configured() {
     let control = Control::start(YAML).await;
     let dir = TempDir::new("dump");
-    let boot = write_bootstrap(&dir, &control.bootstrap_json("dump-node"));
+    let boot = dir.bootstrap(&control.bootstrap_json("dump-node"));
     let started = Instant::now();
     let (status, doc, stderr) = dump(&boot, "shop.example", &["--timeout", "15"]).await;
     let took = started.elapsed();
@@ -331,7 +325,7 @@ async fn dump_shows_what_tether_control_configured() {
 async fn watch_follows_an_endpoint_change_and_the_server_going_away() {
     let mut control = Control::start(YAML).await;
     let dir = TempDir::new("dump-watch");
-    let boot = write_bootstrap(&dir, &control.bootstrap_json("watch-node"));
+    let boot = dir.bootstrap(&control.bootstrap_json("watch-node"));
     let mut w = Watch::start(&boot, "shop.example", &[]);
     let canary = |doc: &Value| -> Option<String> {
         let e = doc["endpoints"]
@@ -389,9 +383,7 @@ async fn watch_follows_an_endpoint_change_and_the_server_going_away() {
 async fn a_server_that_is_down_is_a_connectivity_error_and_the_timeout_exits_3() {
     let addr = Fixture::unused_addr().await;
     let dir = TempDir::new("dump-down");
-    let boot = write_bootstrap(
-        &dir,
-        &format!(
+    let boot = dir.bootstrap(&format!(
             r#"{{"xds_servers":[{{"server_uri":"{addr}","channel_creds":[{{"type":"insecure"}}]}}],"node":{{"id":"down-node"}}}}"#
         ),
     );
@@ -433,7 +425,7 @@ async fn a_server_that_is_down_is_a_connectivity_error_and_the_timeout_exits_3()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_bootstrap_is_an_error_naming_the_field() {
     let dir = TempDir::new("dump-bad");
-    let boot = write_bootstrap(&dir, r#"{"xds_servers":[],"node":{"id":"n"}}"#);
+    let boot = dir.bootstrap(r#"{"xds_servers":[],"node":{"id":"n"}}"#);
     let out = tether()
         .args(["xds", "dump", "--listener", "x", "--bootstrap"])
         .arg(&boot)
@@ -471,7 +463,7 @@ async fn a_bad_bootstrap_is_an_error_naming_the_field() {
 async fn aggregate_services_from_tether_control_resolve_to_their_leaves() {
     let control = Control::start(AGGREGATE_YAML).await;
     let dir = TempDir::new("dump-agg-control");
-    let boot = write_bootstrap(&dir, &control.bootstrap_json("agg-control-node"));
+    let boot = dir.bootstrap(&control.bootstrap_json("agg-control-node"));
     let (status, doc, stderr) = dump(&boot, "agg.example", &["--timeout", "15"]).await;
     assert!(status.success(), "{status}: {stderr}\n{doc:#}");
     assert_eq!(doc["complete"], true);
@@ -693,7 +685,7 @@ async fn aggregate_cycle_and_depth_errors_missing_and_nacked_clusters() {
     let f = aggregate_fixture().await;
     let version = f.version().to_string();
     let dir = TempDir::new("dump-agg");
-    let boot = write_bootstrap(&dir, &fixture_bootstrap(&f, "agg-node"));
+    let boot = dir.bootstrap(&fixture_bootstrap(&f, "agg-node"));
     let started = Instant::now();
     let (status, doc, stderr) = dump(
         &boot,
@@ -774,7 +766,7 @@ async fn a_nack_keeps_the_last_good_version_and_resource() {
     let f = aggregate_fixture().await;
     let good = f.version().to_string();
     let dir = TempDir::new("dump-nack");
-    let boot = write_bootstrap(&dir, &fixture_bootstrap(&f, "nack-node"));
+    let boot = dir.bootstrap(&fixture_bootstrap(&f, "nack-node"));
     let mut w = Watch::start(&boot, AGG, &["--does-not-exist-timeout", "1"]);
     let first = w
         .until("the complete graph", |d| d["complete"] == true)
@@ -819,7 +811,7 @@ async fn a_nack_keeps_the_last_good_version_and_resource() {
 async fn a_target_without_a_virtual_host_is_an_error() {
     let f = aggregate_fixture().await;
     let dir = TempDir::new("dump-stray");
-    let boot = write_bootstrap(&dir, &fixture_bootstrap(&f, "stray-node"));
+    let boot = dir.bootstrap(&fixture_bootstrap(&f, "stray-node"));
     let (status, doc, stderr) = dump(&boot, "stray.example", &["--timeout", "15"]).await;
     assert!(status.success(), "{status}: {stderr}\n{doc:#}");
     assert_eq!(doc["complete"], true);

@@ -256,8 +256,7 @@ services:
     );
     let control = Control::start(&yaml).await;
     let dir = TempDir::new("grpc-bootstrap");
-    let bootstrap = dir.0.join("bootstrap.json");
-    std::fs::write(&bootstrap, control.bootstrap_json("grpcio-client")).unwrap();
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("grpcio-client"));
     let py = python().await;
     let target = "xds:///echo.tether.test";
 
@@ -370,8 +369,7 @@ async fn grpcio_client_fails_over_through_aggregate_services() {
         );
     };
     let dir = TempDir::new("grpc-aggregate");
-    let bootstrap = dir.0.join("bootstrap.json");
-    std::fs::write(&bootstrap, control.bootstrap_json("grpcio-aggregate")).unwrap();
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("grpcio-aggregate"));
     let py = python().await;
     let target = "xds:///echo.tether.test";
     let backends =
@@ -483,8 +481,7 @@ services:
     );
     let control = Control::start(&yaml).await;
     let dir = TempDir::new("grpc-ring-hash");
-    let bootstrap = dir.0.join("bootstrap.json");
-    std::fs::write(&bootstrap, control.bootstrap_json("grpcio-ring-hash")).unwrap();
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("grpcio-ring-hash"));
     let py = python().await;
 
     // Core's side, with gRPC's rules; tether-control names the localities

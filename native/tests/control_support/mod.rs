@@ -26,6 +26,15 @@ impl TempDir {
     }
 }
 
+impl TempDir {
+    /// Writes `bootstrap.json` (an xDS bootstrap) here; returns its path.
+    pub fn bootstrap(&self, json: &str) -> PathBuf {
+        let path = self.0.join("bootstrap.json");
+        std::fs::write(&path, json).unwrap();
+        path
+    }
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
