@@ -34,6 +34,13 @@ async fn does_not_exist(w: &mut Watcher) -> (ResourceState, Instant) {
     (s, Instant::now())
 }
 
+/// Waits (up to 30 s) for `w`'s first error; returns the state that has it.
+async fn first_error(w: &mut Watcher) -> ResourceState {
+    wait("an error", 30, w.wait_for(|s| s.error.is_some()))
+        .await
+        .unwrap()
+}
+
 fn assert_connectivity(err: &XdsError, addr: std::net::SocketAddr) {
     match err {
         XdsError::Connectivity {
@@ -63,13 +70,7 @@ async fn stream_closed_before_any_response_is_a_connectivity_error_to_its_watche
     let mut a = client.watch(ResourceKind::Listener, "a");
     let mut b = client.watch(ResourceKind::Cluster, "b");
     for w in [&mut a, &mut b] {
-        let s = wait(
-            "a connectivity error",
-            30,
-            w.wait_for(|s| s.error.is_some()),
-        )
-        .await
-        .unwrap();
+        let s = first_error(w).await;
         // Nothing cached: the error is the resource error, not ambient.
         assert!(s.resource.is_none() && !s.is_ambient_error());
         assert_eq!(s.status, ResourceStatus::Requested);
@@ -92,13 +93,7 @@ async fn connection_refused_is_an_error_naming_server_and_node() {
     let addr = Fixture::unused_addr().await;
     let client = XdsClient::start(bootstrap(addr, NODE)).unwrap();
     let mut w = client.watch(ResourceKind::Listener, "a");
-    let s = wait(
-        "a connectivity error",
-        30,
-        w.wait_for(|s| s.error.is_some()),
-    )
-    .await
-    .unwrap();
+    let s = first_error(&mut w).await;
     assert_connectivity(s.error.as_ref().unwrap(), addr);
     // A watcher added while the channel is failing hears about it at once.
     let late = client.watch(ResourceKind::Cluster, "late");
@@ -371,4 +366,35 @@ async fn custom_timeouts_apply() {
     .await;
     let took = (Instant::now() - t0).as_secs_f64();
     assert!((3.0..3.1).contains(&took), "{took}");
+}
+
+/// A server that accepts the TCP connection and closes it (a process dying
+/// with its socket still open) fails the call locally; gRPC reports that as
+/// UNAVAILABLE, whatever the transport calls it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_closed_by_the_server_is_unavailable() {
+    for read_first in [false, true] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            use tokio::io::AsyncReadExt;
+            while let Ok((mut sock, _)) = listener.accept().await {
+                if read_first {
+                    // Take the client's preface, then hang up.
+                    let mut buf = [0u8; 64];
+                    let _ = sock.read(&mut buf).await;
+                }
+                drop(sock);
+            }
+        });
+        let client = XdsClient::start(bootstrap(addr, NODE)).unwrap();
+        let mut w = client.watch(ResourceKind::Listener, "a");
+        let s = first_error(&mut w).await;
+        let err = s.error.as_ref().unwrap();
+        assert_connectivity(err, addr);
+        // The transport's reason is kept in the message (its wording
+        // depends on when the close was seen).
+        assert!(err.to_string().contains("transport error"), "{err}");
+        server.abort();
+    }
 }

@@ -478,7 +478,7 @@ impl Actor {
             server_uri: self.server_uri.clone(),
             node_id: self.node.id.clone(),
             code: code_name(effective_code(status)).to_owned(),
-            message: status.message().to_owned(),
+            message: status_message(status),
         };
         self.channel_error = Some(err.clone());
         let Some(shared) = self.shared.upgrade() else {
@@ -825,16 +825,51 @@ impl Actor {
     }
 }
 
-/// tonic reports a connection lost mid-stream as UNKNOWN with the transport
-/// error as its source; gRPC calls that UNAVAILABLE, and so do we. A status
-/// the server sent itself has no source and keeps its code.
+/// gRPC reports a transport failure under a call as UNAVAILABLE. tonic calls
+/// a connection lost mid-stream UNKNOWN, and one closed before the request
+/// went out (a server dying with its socket still open) CANCELLED; both
+/// carry the transport error as their source. A status the server sent
+/// itself has no source and keeps its code.
 fn effective_code(status: &tonic::Status) -> tonic::Code {
     use std::error::Error as _;
-    if status.code() == tonic::Code::Unknown && status.source().is_some() {
-        tonic::Code::Unavailable
-    } else {
-        status.code()
+    let Some(source) = status.source() else {
+        return status.code();
+    };
+    match status.code() {
+        tonic::Code::Unknown => tonic::Code::Unavailable,
+        tonic::Code::Cancelled if closed_under_the_call(source) => tonic::Code::Unavailable,
+        code => code,
     }
+}
+
+/// Whether hyper dropped the call because its connection closed.
+fn closed_under_the_call(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(err);
+    while let Some(e) = next {
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
+}
+
+/// The status message, with the transport's reason when tonic's message
+/// leaves it out ("operation was canceled" says nothing of why).
+fn status_message(status: &tonic::Status) -> String {
+    use std::error::Error as _;
+    let mut message = status.message().to_owned();
+    let mut next = status.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !text.is_empty() && !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+        next = e.source();
+    }
+    message
 }
 
 async fn sleep_until_opt(deadline: Option<Instant>) {
