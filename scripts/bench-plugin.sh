@@ -89,14 +89,28 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # Free loopback ports: backend 1, backend 2, then one listener per configuration.
+# Taken below the kernel's ephemeral range, so that no port-0 bind (each Envoy's
+# admin listener) or outgoing connection is handed one before its owner binds it.
 read -r b1 b2 p_none p_native p_empty p_plugin_a p_plugin_b < <(python3 - <<'EOF'
-import socket
-socks = [socket.socket() for _ in range(7)]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()
+import random, socket
+try:
+    lo, hi = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+except OSError:
+    lo, hi = 32768, 60999
+first, last = (lo - 10000, lo - 1) if lo >= 11024 else (hi + 1, 65535)
+ports = []
+for port in random.sample(range(first, last + 1), min(500, last - first + 1)):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    ports.append(port)
+    if len(ports) == 7:
+        break
+print(" ".join(map(str, ports)))
 EOF
 )
 

@@ -15,14 +15,56 @@ pub mod envoy;
 pub mod grpc;
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 that nothing listens on, for a test to write
+/// into a config that another process (Envoy) binds later.
+///
+/// The port is taken below the kernel's ephemeral range, so nothing binding
+/// port 0 (Envoy's own admin listener, a backend) and no outgoing
+/// connection can be handed it in the meantime, and no two calls in one
+/// process return the same port. Each process starts at its own offset.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    static START: OnceLock<u32> = OnceLock::new();
+    let (lo, hi) = fixed_port_range();
+    let span = u32::from(hi - lo) + 1;
+    let start = *START.get_or_init(|| {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        (std::process::id().wrapping_mul(7919) ^ nanos) % span
+    });
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = lo + ((start + n) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 in {lo}-{hi}");
+}
+
+/// Ports outside the ephemeral range (`ip_local_port_range`, 32768-60999 by
+/// default): the 10,000 below it, or those above it when it starts too low.
+fn fixed_port_range() -> (u16, u16) {
+    let (eph_lo, eph_hi) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| {
+            let mut it = s.split_whitespace().map(|n| n.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    if eph_lo >= 11_024 {
+        (eph_lo - 10_000, eph_lo - 1)
+    } else if eph_hi <= 64_535 {
+        (eph_hi + 1, 65_535)
+    } else {
+        // The whole range is ephemeral: distinct ports are the best on offer.
+        (1_024, 65_535)
+    }
 }
 
 /// Polls `check` every 50 ms until it returns true or `timeout` passes.

@@ -151,8 +151,7 @@ impl Fixture {
 
     /// A free port with nothing listening (connections are refused).
     pub async fn unused_addr() -> SocketAddr {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap()
+        SocketAddr::from(([127, 0, 0, 1], tether_testkit::free_port()))
     }
 
     /// Starts on `addr` (e.g. one that was refused so far).
