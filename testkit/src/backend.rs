@@ -68,18 +68,24 @@ impl<P> Backend<P> {
         self.hits.load(Ordering::SeqCst)
     }
 
-    /// Stops serving: aborts the task that owns the listener (for HTTP,
-    /// and every open connection).
-    pub fn stop(&self) {
-        if let Some(t) = self.task.lock().expect("lock").take() {
+    /// Stops serving and returns once it has: the task that owns the
+    /// listener (for HTTP, and every open connection) is aborted and gone,
+    /// so the port refuses connections when this returns.
+    pub async fn stop(&self) {
+        let task = self.task.lock().expect("lock").take();
+        if let Some(t) = task {
             t.abort();
+            // Resolves once the aborted task has been dropped.
+            let _ = t.await;
         }
     }
 }
 
 impl<P> Drop for Backend<P> {
     fn drop(&mut self) {
-        self.stop();
+        if let Some(t) = self.task.get_mut().ok().and_then(Option::take) {
+            t.abort();
+        }
     }
 }
 

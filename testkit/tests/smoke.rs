@@ -43,8 +43,7 @@ async fn backend_says_who_it_is_directly_and_through_envoy() {
             >= 1
     );
 
-    b.stop();
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    b.stop().await;
     assert!(
         !is_listening(b.addr()).await,
         "a stopped backend must refuse connections"

@@ -120,7 +120,7 @@ async fn main() {
     }
 
     // 6. The session's backend goes away: fall back, re-pin, never pin to it.
-    bs.named(&pinned).stop();
+    bs.named(&pinned).stop().await;
     let r = stage.get_with_cookie("/", &first.value).await;
     push(
         &format!("{pinned} stopped, replay"),

@@ -255,7 +255,7 @@ async fn wiring_b_backend_failing_health_checks_loses_its_sessions() {
     assert_eq!(backend(&r), "backend-2");
     let dead = stage.backends.named("backend-2");
     let dead_addr = dead.addr();
-    dead.stop();
+    dead.stop().await;
     let flagged = wait_until(Duration::from_secs(10), || async {
         let clusters = stage.envoy.admin_get("/clusters").await.unwrap_or_default();
         clusters.lines().any(|l| {

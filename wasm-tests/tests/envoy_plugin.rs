@@ -409,8 +409,7 @@ async fn backend_stopped_mid_session_falls_back_and_repins() {
     let (b, m) = first_cookie(&stage).await;
     let dead = stage.backends.named(&b);
     let dead_addr = dead.addr();
-    dead.stop();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    dead.stop().await;
     // The route retries a refused connection; the retry falls back to a live
     // host and the response re-pins the session there.
     let answers = replay(&stage, "/", &m.value, 5).await;
@@ -446,8 +445,7 @@ async fn no_cookie_for_a_host_that_failed_to_connect() {
     .await;
     let dead = stage.backends.named("backend-2");
     let dead_addr = dead.addr();
-    dead.stop();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    dead.stop().await;
     let mut failures = 0;
     for _ in 0..9 {
         let r = stage.get("/", &[]).await;
