@@ -28,18 +28,20 @@ use std::time::Duration;
 /// process return the same port. Each process starts at its own offset.
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    static START: OnceLock<u32> = OnceLock::new();
-    let (lo, hi) = fixed_port_range();
-    let span = u32::from(hi - lo) + 1;
-    let start = *START.get_or_init(|| {
+    // The range and this process's offset in it, worked out once.
+    static PLAN: OnceLock<(u16, u16, u32)> = OnceLock::new();
+    let &(lo, hi, start) = PLAN.get_or_init(|| {
+        let (lo, hi) = fixed_port_range();
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        (std::process::id().wrapping_mul(7919) ^ nanos) % span
+        let start = std::process::id().wrapping_mul(7919) ^ nanos;
+        (lo, hi, start)
     });
+    let span = u32::from(hi - lo) + 1;
     for _ in 0..span {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = lo + ((start + n) % span) as u16;
+        let port = lo + (start.wrapping_add(n) % span) as u16;
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }
