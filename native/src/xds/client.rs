@@ -844,16 +844,10 @@ fn effective_code(status: &tonic::Status) -> tonic::Code {
 
 /// Whether hyper dropped the call because its connection closed.
 fn closed_under_the_call(err: &(dyn std::error::Error + 'static)) -> bool {
-    let mut next = Some(err);
-    while let Some(e) = next {
-        if e.downcast_ref::<hyper::Error>()
+    error_chain(err).any(|e| {
+        e.downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_canceled)
-        {
-            return true;
-        }
-        next = e.source();
-    }
-    false
+    })
 }
 
 /// The status message, with the transport's reason when tonic's message
@@ -861,15 +855,20 @@ fn closed_under_the_call(err: &(dyn std::error::Error + 'static)) -> bool {
 fn status_message(status: &tonic::Status) -> String {
     use std::error::Error as _;
     let mut message = status.message().to_owned();
-    let mut next = status.source();
-    while let Some(e) = next {
+    for e in status.source().into_iter().flat_map(error_chain) {
         let text = e.to_string();
         if !text.is_empty() && !message.contains(&text) {
             message = format!("{message}: {text}");
         }
-        next = e.source();
     }
     message
+}
+
+/// `err` and its sources, outermost first.
+fn error_chain<'e>(
+    err: &'e (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'e (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| e.source())
 }
 
 async fn sleep_until_opt(deadline: Option<Instant>) {
