@@ -262,12 +262,7 @@ where
 {
     let hosts: Vec<Host> = hosts.into_iter().map(Into::into).collect();
     let sum = check_hosts(&hosts, 0, &mut BTreeSet::new())?;
-    let mut n = Normalized {
-        hosts: Vec::with_capacity(hosts.len()),
-        weights: Vec::with_capacity(hosts.len()),
-        min: 1.0,
-        max: 0.0,
-    };
+    let mut n = Normalized::with_capacity(hosts.len());
     n.push_locality(hosts, sum, 1.0);
     n.non_empty()
 }
@@ -397,12 +392,7 @@ pub(crate) fn normalize_localities(localities: &[Locality]) -> Result<Normalized
     if sum > u64::from(u32::MAX) {
         return Err(BuildError::LocalityWeightSum { sum });
     }
-    let mut n = Normalized {
-        hosts: Vec::new(),
-        weights: Vec::new(),
-        min: 1.0,
-        max: 0.0,
-    };
+    let mut n = Normalized::with_capacity(localities.iter().map(|l| l.hosts.len()).sum());
     let mut seen = BTreeSet::new();
     for l in localities.iter().filter(|l| l.weight != 0) {
         let host_sum = check_hosts(&l.hosts, n.hosts.len(), &mut seen)?;
@@ -413,6 +403,16 @@ pub(crate) fn normalize_localities(localities: &[Locality]) -> Result<Normalized
 }
 
 impl Normalized {
+    /// No hosts yet (min and max start where Envoy's do), room for `n`.
+    fn with_capacity(n: usize) -> Normalized {
+        Normalized {
+            hosts: Vec::with_capacity(n),
+            weights: Vec::with_capacity(n),
+            min: 1.0,
+            max: 0.0,
+        }
+    }
+
     /// Adds checked `hosts` (weights adding up to `sum`) with weights
     /// `w × share / sum`: the operations and order of Envoy's
     /// normalizeHostWeights, so the doubles (and so the tables) come out bit
