@@ -1,10 +1,20 @@
-//! tether's native crate: the `tether` command-line tool.
+//! tether's native crate: the proxyless gRPC [`Channel`], the `tether`
+//! command-line tool and the `tether-control` management server.
 //!
-//! Modules by concern: [`cli`] wires subcommands to `tether-core`; [`xds`] is
-//! the xDS client (gRFC A57 failure behaviour, resource validation);
-//! [`control`] is the `tether-control` management server.
+//! Modules by concern, along the data path of a call: [`channel`] (the
+//! tonic-compatible Service, the xDS resolver, the config selector), [`lb`]
+//! (gRPC's xDS load-balancing tree, one module per policy), [`subchannel`]
+//! (HTTP/2 connections with their connectivity state and backoff). Beside
+//! them: [`xds`] is the xDS client (gRFC A57 failure behaviour, resource
+//! validation); [`cli`] wires subcommands to `tether-core`; [`control`] is
+//! `tether-control`.
 #![deny(missing_docs)]
 
+pub mod channel;
 pub mod cli;
 pub mod control;
+pub mod lb;
+pub mod subchannel;
 pub mod xds;
+
+pub use channel::Channel;

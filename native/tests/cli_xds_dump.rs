@@ -820,7 +820,7 @@ async fn a_target_without_a_virtual_host_is_an_error() {
     assert_eq!(
         doc["errors"],
         serde_json::json!([
-            "RouteConfiguration \"agg-routes\" has no virtual host for \"stray.example\""
+            "could not find VirtualHost for \"stray.example\" in RouteConfiguration \"agg-routes\""
         ])
     );
     // Nothing below the routes is fetched.

@@ -3,15 +3,21 @@
 //! and how many calls it has served.
 //!
 //! Each reply also returns the call's `cookie` metadata in the response
-//! metadata `x-seen-cookie`, so a test can see what a proxy forwarded.
+//! metadata `x-seen-cookie`, so a test can see what a proxy forwarded. A
+//! message `sleep:MS` is answered after MS milliseconds (a call in flight).
+//! [`crate::backend::Backend::stop`] closes the listener and every open
+//! connection, as a crashed backend would.
 
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tether_proto::demo::v1::echo_server::{Echo, EchoServer};
 pub use tether_proto::demo::v1::{EchoReply, EchoRequest};
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::Server;
+use tokio::task::JoinSet;
+use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
 use crate::backend::Backend;
@@ -26,21 +32,38 @@ pub type GrpcBackend = Backend<Grpc>;
 impl Backend<Grpc> {
     /// Starts a backend called `name` on a random 127.0.0.1 port.
     pub async fn start(name: &str) -> GrpcBackend {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        Self::start_on(name, "127.0.0.1:0".parse().expect("addr")).await
+    }
+
+    /// Starts a backend called `name` on `addr` (e.g. to restart on the same port).
+    pub async fn start_on(name: &str, addr: SocketAddr) -> GrpcBackend {
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
             .expect("bind gRPC backend");
         let addr = listener.local_addr().expect("gRPC backend addr");
         let served = Arc::new(AtomicU64::new(0));
-        let svc = EchoService {
+        let routes = Routes::new(EchoServer::new(EchoService {
             name: name.to_string(),
             addr,
             served: served.clone(),
-        };
-        let incoming = TcpIncoming::from(listener);
+        }));
         let task = tokio::spawn(async move {
-            let _ = Server::builder()
-                .serve_with_incoming(EchoServer::new(svc), incoming)
-                .await;
+            // Dropping this set (when the task is aborted) closes every connection.
+            let mut conns = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let svc = TowerToHyperService::new(routes.clone());
+                conns.spawn(async move {
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .http2_only()
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+                while conns.try_join_next().is_some() {}
+            }
         });
         Backend::new(name, addr, served, task)
     }
@@ -57,6 +80,10 @@ impl Echo for EchoService {
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
         let served = self.served.fetch_add(1, Ordering::SeqCst) + 1;
         let seen = request.metadata().get("cookie").cloned();
+        if let Some(ms) = request.get_ref().message.strip_prefix("sleep:") {
+            let ms = ms.parse().unwrap_or(0);
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         let mut reply = Response::new(EchoReply {
             message: request.into_inner().message,
             backend: self.name.clone(),

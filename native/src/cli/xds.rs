@@ -8,7 +8,6 @@
 //! validated them, each with its status (`acked`, `nacked`,
 //! `does_not_exist`, `requested`) and the error a watcher sees.
 
-use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::io::Write;
 use std::path::PathBuf;
@@ -22,7 +21,8 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use crate::xds::bootstrap::ENV_FILE;
-use crate::xds::client::{ClientOptions, ResourceState, ResourceStatus, Watcher, XdsClient};
+use crate::xds::client::{ClientOptions, ResourceState, ResourceStatus, XdsClient};
+use crate::xds::graph::{Graph, Resolution};
 use crate::xds::resource::cluster::{ClusterResource, Discovery, LbPolicy};
 use crate::xds::resource::endpoint::EndpointsResource;
 use crate::xds::resource::listener::{
@@ -30,13 +30,11 @@ use crate::xds::resource::listener::{
 };
 use crate::xds::resource::route::{
     Action, ClusterSpecifier, FilterOverrides, HashSource, HeaderMatch, PathMatcher,
-    RouteConfigResource, VirtualHost,
+    RouteConfigResource,
 };
 use crate::xds::{Bootstrap, Resource, ResourceKind};
 
-/// The deepest aggregate cluster graph followed, as in gRPC: the cluster a
-/// route names is at depth 0 and a cluster at depth 16 is an error.
-pub const MAX_AGGREGATE_DEPTH: usize = 16;
+pub use crate::xds::graph::MAX_AGGREGATE_DEPTH;
 /// How long `dump` waits for a complete graph without `--timeout`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Exit code when `--timeout` passed before the graph was complete.
@@ -166,7 +164,7 @@ async fn dump_async(a: DumpArgs, bootstrap: Bootstrap) -> i32 {
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut last_line = String::new();
     loop {
-        let (doc, complete) = graph.walk();
+        let (doc, complete) = dump_doc(&mut graph);
         if a.watch {
             let line = doc.to_string();
             if line != last_line {
@@ -190,7 +188,7 @@ async fn dump_async(a: DumpArgs, bootstrap: Bootstrap) -> i32 {
                 if a.watch {
                     return 0;
                 }
-                let (doc, _) = graph.walk();
+                let (doc, _) = dump_doc(&mut graph);
                 if let Err(code) = emit(&pretty(&doc)) {
                     return code;
                 }
@@ -257,275 +255,38 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
-type Key = (ResourceKind, String);
-
-/// The watchers of one listener's graph, kept in step with what the
-/// resources reference.
-struct Graph {
-    client: XdsClient,
-    target: String,
-    watchers: HashMap<Key, Watcher>,
-}
-
-/// What one walk of the graph found.
-#[derive(Default)]
-struct Walk {
-    used: HashSet<Key>,
-    complete: bool,
-    errors: Vec<String>,
-    clusters: Vec<Value>,
-    endpoints: Vec<Value>,
-    /// Cluster name → the smallest depth it was walked at.
-    cluster_depth: HashMap<String, usize>,
-}
-
-impl Walk {
-    fn error(&mut self, text: String) {
-        if !self.errors.contains(&text) {
-            self.errors.push(text);
-        }
-    }
-}
-
-impl Graph {
-    fn new(client: XdsClient, target: String) -> Self {
-        Graph {
-            client,
-            target,
-            watchers: HashMap::new(),
-        }
-    }
-
-    /// The state of a resource, watching it first if needed, and whether
-    /// this walk visits it for the first time.
-    fn visit(&mut self, w: &mut Walk, kind: ResourceKind, name: &str) -> (ResourceState, bool) {
-        let key = (kind, name.to_owned());
-        let first = w.used.insert(key.clone());
-        let client = &self.client;
-        let state = self
-            .watchers
-            .entry(key)
-            .or_insert_with(|| client.watch(kind, name))
-            .current();
-        if first {
-            if state.status == ResourceStatus::Requested {
-                w.complete = false;
-            }
-            if let Some(e) = &state.error {
-                w.error(e.to_string());
-            }
-        }
-        (state, first)
-    }
-
-    fn state(&self, kind: ResourceKind, name: &str) -> Option<ResourceState> {
-        self.watchers
-            .get(&(kind, name.to_owned()))
-            .map(Watcher::current)
-    }
-
-    /// Walks the graph from the listener, subscribing to what it references
-    /// and dropping what it no longer does; returns the dump and whether
-    /// every resource in it has its answer.
-    fn walk(&mut self) -> (Value, bool) {
-        let mut w = Walk {
-            complete: true,
-            ..Walk::default()
-        };
-        let target = self.target.clone();
-        let (listener, _) = self.visit(&mut w, ResourceKind::Listener, &target);
-        let listener_res = match &listener.resource {
-            Some(Resource::Listener(l)) => Some(l.clone()),
-            _ => None,
-        };
-        let mut route_entry = Value::Null;
-        let mut rds_res = None;
-        if let Some(l) = &listener_res {
-            if let RouteSource::Rds(name) = &l.http.routes {
-                let (s, _) = self.visit(&mut w, ResourceKind::RouteConfiguration, name);
-                if let Some(Resource::RouteConfiguration(rc)) = &s.resource {
-                    rds_res = Some(rc.clone());
-                }
-                route_entry = entry(name, &s);
-            }
-        }
-        let routes: Option<&RouteConfigResource> =
-            match listener_res.as_ref().map(|l| &l.http.routes) {
-                Some(RouteSource::Inline(rc)) => Some(rc),
-                Some(RouteSource::Rds(_)) => rds_res.as_deref(),
-                None => None,
-            };
-        let vhost = routes.and_then(|rc| {
-            let vh = rc.virtual_host_for(&target);
-            if vh.is_none() {
-                w.error(format!(
-                    "RouteConfiguration {:?} has no virtual host for {target:?}",
-                    rc.name
-                ));
-            }
-            vh
-        });
-        let roots = vhost.map(route_clusters).unwrap_or_default();
-        for root in &roots {
-            self.walk_cluster(&mut w, root, 0);
-        }
-        let route_clusters: Vec<Value> = roots
-            .iter()
-            .map(|root| {
-                let r = self.resolve_root(root);
-                if let Some(e) = r.get("error").and_then(Value::as_str) {
-                    w.error(e.to_owned());
-                }
-                r
-            })
-            .collect();
-        // Unsubscribe what the graph no longer references.
-        self.watchers.retain(|k, _| w.used.contains(k));
-        let doc = json!({
-            "target": target,
-            "xds_server": self.client.server_uri(),
-            "node_id": self.client.node_id(),
-            "complete": w.complete,
-            "errors": w.errors,
-            "listener": entry(&target, &listener),
-            "route_configuration": route_entry,
-            "virtual_host": vhost.map(|v| v.name.clone()),
-            "route_clusters": route_clusters,
-            "clusters": w.clusters,
-            "endpoints": w.endpoints,
-        });
-        (doc, w.complete)
-    }
-
-    fn walk_cluster(&mut self, w: &mut Walk, name: &str, depth: usize) {
-        if depth >= MAX_AGGREGATE_DEPTH {
-            return;
-        }
-        // A cluster reached again at the same depth or deeper adds nothing;
-        // reached shallower, its children may now fit under the depth limit.
-        match w.cluster_depth.get(name) {
-            Some(&d) if d <= depth => return,
-            _ => {}
-        }
-        w.cluster_depth.insert(name.to_owned(), depth);
-        let (state, first) = self.visit(w, ResourceKind::Cluster, name);
-        if first {
-            w.clusters.push(entry(name, &state));
-        }
-        let Some(Resource::Cluster(c)) = &state.resource else {
-            return;
-        };
-        match &c.discovery {
-            Discovery::Aggregate { clusters } => {
-                for child in clusters {
-                    self.walk_cluster(w, child, depth + 1);
-                }
-            }
-            Discovery::Eds { .. } => {
-                let eds = c.eds_name().unwrap_or(&c.name).to_owned();
-                let (s, first) = self.visit(w, ResourceKind::Endpoints, &eds);
-                if first {
-                    w.endpoints.push(entry(&eds, &s));
-                }
-            }
-            Discovery::LogicalDns { .. } => {}
-        }
-    }
-
-    /// What a cluster named by a route resolves to: its leaf clusters in
-    /// priority order, an error, or neither while resources are missing.
-    fn resolve_root(&self, root: &str) -> Value {
-        let mut leaves = Vec::new();
-        let mut path = Vec::new();
-        let result = self.resolve(root, root, 0, &mut path, &mut leaves);
-        let (leaves, error) = match result {
-            Err(e) => (Value::Null, Some(e)),
-            Ok(false) => (Value::Null, None),
-            Ok(true) if !leaves.is_empty() => (json!(leaves), None),
-            Ok(true) => {
-                let own = self
-                    .state(ResourceKind::Cluster, root)
-                    .filter(|s| s.resource.is_none())
-                    .and_then(|s| s.error.map(|e| e.to_string()));
-                let e = own.unwrap_or_else(|| {
-                    format!("aggregate cluster dependency graph for {root:?} has no leaf clusters")
-                });
-                (Value::Null, Some(e))
-            }
-        };
-        json!({ "cluster": root, "leaves": leaves, "error": error })
-    }
-
-    /// Depth-first, children in priority order; a leaf reached twice (a
-    /// diamond) counts once. `Ok(false)`: some cluster is still awaited.
-    fn resolve(
-        &self,
-        root: &str,
-        name: &str,
-        depth: usize,
-        path: &mut Vec<String>,
-        leaves: &mut Vec<String>,
-    ) -> Result<bool, String> {
-        if path.iter().any(|p| p == name) {
-            let mut cycle = path.clone();
-            cycle.push(name.to_owned());
-            return Err(format!(
-                "aggregate cluster graph of {root:?} has a cycle: {}",
-                cycle.join(" -> ")
-            ));
-        }
-        if depth >= MAX_AGGREGATE_DEPTH {
-            return Err(format!(
-                "aggregate cluster graph of {root:?} exceeds max depth {MAX_AGGREGATE_DEPTH} \
-                 (at {name:?})"
-            ));
-        }
-        let Some(state) = self.state(ResourceKind::Cluster, name) else {
-            return Ok(false);
-        };
-        let cluster = match &state.resource {
-            Some(Resource::Cluster(c)) => c.clone(),
-            // Missing or rejected: it contributes no leaf; its own entry
-            // says why.
-            _ => return Ok(state.status != ResourceStatus::Requested),
-        };
-        match &cluster.discovery {
-            Discovery::Aggregate { clusters } => {
-                path.push(name.to_owned());
-                let mut known = true;
-                for child in clusters {
-                    known &= self.resolve(root, child, depth + 1, path, leaves)?;
-                }
-                path.pop();
-                Ok(known)
-            }
-            _ => {
-                if !leaves.iter().any(|l| l == name) {
-                    leaves.push(name.to_owned());
-                }
-                Ok(true)
-            }
-        }
-    }
-}
-
-/// The clusters a virtual host's routes name, in order, once each.
-fn route_clusters(vh: &VirtualHost) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut add = |n: &str| {
-        if !out.iter().any(|o| o == n) {
-            out.push(n.to_owned());
-        }
+/// The dump of one walk of the graph, and whether it is complete.
+fn dump_doc(graph: &mut Graph) -> (Value, bool) {
+    let w = graph.walk();
+    let entries = |list: &[(String, ResourceState)]| -> Vec<Value> {
+        list.iter().map(|(n, s)| entry(n, s)).collect()
     };
-    for r in &vh.routes {
-        if let Action::Route(a) = &r.action {
-            match &a.clusters {
-                ClusterSpecifier::Cluster(n) => add(n),
-                ClusterSpecifier::Weighted(ws) => ws.iter().for_each(|cw| add(&cw.name)),
-            }
-        }
-    }
-    out
+    let route_clusters: Vec<Value> = w
+        .route_clusters
+        .iter()
+        .map(|rc| {
+            let (leaves, error) = match &rc.resolution {
+                Resolution::Pending => (Value::Null, None),
+                Resolution::Leaves(l) => (json!(l), None),
+                Resolution::Error(e) => (Value::Null, Some(e)),
+            };
+            json!({ "cluster": rc.name, "leaves": leaves, "error": error })
+        })
+        .collect();
+    let doc = json!({
+        "target": graph.target(),
+        "xds_server": graph.client().server_uri(),
+        "node_id": graph.client().node_id(),
+        "complete": w.complete,
+        "errors": w.errors,
+        "listener": w.listener.as_ref().map_or(Value::Null, |s| entry(graph.target(), s)),
+        "route_configuration": w.route_configuration.as_ref().map_or(Value::Null, |(n, s)| entry(n, s)),
+        "virtual_host": w.virtual_host.as_ref().map(|v| v.name.clone()),
+        "route_clusters": route_clusters,
+        "clusters": entries(&w.clusters),
+        "endpoints": entries(&w.endpoints),
+    });
+    (doc, w.complete)
 }
 
 /// One resource: name, CSDS-like status, versions, error and the

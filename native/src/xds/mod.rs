@@ -9,11 +9,13 @@
 //!   ClusterLoadAssignment into plain Rust structs, with gRPC's rules.
 //! - [`backoff`]: exponential backoff with jitter between stream attempts.
 //! - [`error`]: the errors watchers see.
+//! - [`graph`]: one listener's resource graph, as a channel follows it.
 
 pub mod backoff;
 pub mod bootstrap;
 pub mod client;
 pub mod error;
+pub mod graph;
 pub mod resource;
 
 pub use bootstrap::Bootstrap;

@@ -36,7 +36,13 @@ pub struct ClusterResource {
     pub override_host_status: HealthSet,
     /// How long an unused session keeps its connection (A75; default 1 h).
     pub idle_timeout: Duration,
+    /// Circuit breaking: calls in flight at most (`circuit_breakers`, the
+    /// first DEFAULT-priority threshold's `max_requests`; default 1024).
+    pub max_requests: u32,
 }
+
+/// gRPC's default `max_requests`.
+pub const DEFAULT_MAX_REQUESTS: u32 = 1024;
 
 /// Where a cluster's endpoints come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,7 +221,22 @@ pub(crate) fn validate(c: &mut Check, cl: &Cluster) -> ClusterResource {
         lb_policy: lb_policy.unwrap_or(LbPolicy::RoundRobin),
         override_host_status,
         idle_timeout,
+        max_requests: max_requests(cl),
     }
+}
+
+/// `max_requests` of the first DEFAULT-priority threshold, as gRPC reads it.
+fn max_requests(cl: &Cluster) -> u32 {
+    use envoy_types::pb::envoy::config::core::v3::RoutingPriority;
+    cl.circuit_breakers
+        .as_ref()
+        .and_then(|cb| {
+            cb.thresholds
+                .iter()
+                .find(|t| t.priority == RoutingPriority::Default as i32)
+        })
+        .and_then(|t| t.max_requests.as_ref())
+        .map_or(DEFAULT_MAX_REQUESTS, |m| m.value)
 }
 
 fn logical_dns(c: &mut Check, cl: &Cluster) -> Option<Discovery> {

@@ -153,6 +153,17 @@ pub struct EndpointsResource {
     pub cluster_name: String,
     /// Priorities from 0 (most preferred) on; never sparse.
     pub priorities: Vec<Priority>,
+    /// `policy.drop_overloads`: the share of calls to drop, per category.
+    pub drop_overloads: Vec<DropOverload>,
+}
+
+/// One drop category of `policy.drop_overloads`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DropOverload {
+    /// The category's name (never empty).
+    pub category: String,
+    /// Calls to drop per million, capped at 1,000,000 as gRPC caps it.
+    pub per_million: u32,
 }
 
 /// The localities of one priority.
@@ -262,10 +273,50 @@ pub(crate) fn validate(c: &mut Check, la: &ClusterLoadAssignment) -> EndpointsRe
             }
         }
     });
+    let drops = la
+        .policy
+        .as_ref()
+        .map_or(&[][..], |p| &p.drop_overloads[..]);
+    let drop_overloads = c.each("policy.drop_overloads", drops, drop_overload);
     EndpointsResource {
         cluster_name: la.cluster_name.clone(),
         priorities: by_priority.into_values().collect(),
+        drop_overloads,
     }
+}
+
+/// A drop category with its share normalised to per million (gRPC's rules:
+/// HUNDRED, TEN_THOUSAND or MILLION; a share above the whole is capped).
+fn drop_overload(
+    c: &mut Check,
+    d: &epb::cluster_load_assignment::policy::DropOverload,
+) -> Option<DropOverload> {
+    use envoy_types::pb::envoy::r#type::v3::fractional_percent::DenominatorType;
+    if d.category.is_empty() {
+        c.fail_at("category", "empty drop category name");
+    }
+    let Some(p) = &d.drop_percentage else {
+        c.fail_at("drop_percentage", "field not present");
+        return None;
+    };
+    let scale = match DenominatorType::try_from(p.denominator) {
+        Ok(DenominatorType::Hundred) => 10_000,
+        Ok(DenominatorType::TenThousand) => 100,
+        Ok(DenominatorType::Million) => 1,
+        Err(_) => {
+            c.at("drop_percentage.denominator", |c| {
+                c.fail_value(p.denominator, "unknown denominator type")
+            });
+            return None;
+        }
+    };
+    if d.category.is_empty() {
+        return None;
+    }
+    Some(DropOverload {
+        category: d.category.clone(),
+        per_million: u64::from(p.numerator).saturating_mul(scale).min(1_000_000) as u32,
+    })
 }
 
 fn endpoint(

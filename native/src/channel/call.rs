@@ -1,0 +1,316 @@
+//! One call through the channel: wait for routes, select the route and
+//! cluster, pick a subchannel (queueing until a picker can), send the
+//! request on the subchannel's HTTP/2 connection, and tell the pick's
+//! trackers when the call ends.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::uri::{PathAndQuery, Scheme};
+use http::{HeaderValue, Uri};
+use http_body::{Body as HttpBody, Frame};
+use tokio::time::Instant;
+use tonic::body::Body;
+use tonic::Status;
+
+use super::work_serializer::Routing;
+use super::{Inner, WaitForReady};
+use crate::lb::{CallAttributes, CallTracker, PickArgs, PickResult, Subchannel};
+
+/// Runs one call; failures become a trailers-only gRPC response.
+pub(crate) async fn call(inner: Arc<Inner>, request: http::Request<Body>) -> http::Response<Body> {
+    let deadline = grpc_timeout(request.headers()).map(|t| Instant::now() + t);
+    match run(&inner, request, deadline).await {
+        Ok(response) => response,
+        Err(status) => status.into_http(),
+    }
+}
+
+async fn run(
+    inner: &Inner,
+    mut request: http::Request<Body>,
+    mut deadline: Option<Instant>,
+) -> Result<http::Response<Body>, Status> {
+    let wait_for_ready = request
+        .extensions()
+        .get::<WaitForReady>()
+        .map_or(inner.wait_for_ready, |w| w.0);
+    let mut generation = inner.shared.generation.subscribe();
+    let path = request.uri().path().to_owned();
+
+    // Routes first: queue until the resolver has answered.
+    let call_config = loop {
+        generation.borrow_and_update();
+        let snapshot = inner.shared.snapshot.load();
+        match &snapshot.routing {
+            Routing::Ready(selector) => break selector.select(&path, request.headers())?,
+            Routing::Failed(status) if !wait_for_ready => return Err(status.clone()),
+            _ => {}
+        }
+        drop(snapshot);
+        wait(&mut generation, deadline).await?;
+    };
+    if let Some(t) = call_config.timeout {
+        let route_deadline = Instant::now() + t;
+        if deadline.is_none_or(|d| route_deadline < d) {
+            deadline = Some(route_deadline);
+            request
+                .headers_mut()
+                .insert("grpc-timeout", encode_timeout(t));
+        }
+    }
+    let attributes = CallAttributes {
+        cluster: call_config.cluster.name.clone(),
+        hash: None,
+    };
+
+    // Then a subchannel.
+    let (subchannel, guard, connection) = loop {
+        generation.borrow_and_update();
+        let picker = inner.shared.snapshot.load().picker.clone();
+        let args = PickArgs {
+            path: &path,
+            headers: request.headers(),
+            attributes: &attributes,
+        };
+        match picker.pick(&args) {
+            PickResult::Complete(pick) => {
+                let guard = CallGuard::new(pick.subchannel.clone(), pick.trackers);
+                // The connection may have closed since the picker was made:
+                // wait for the picker that knows.
+                if let Some(c) = pick.subchannel.connection() {
+                    break (pick.subchannel, guard.start(), c);
+                }
+                guard.finish(false);
+            }
+            PickResult::Queue => {}
+            PickResult::Fail(status) if !wait_for_ready => return Err(status),
+            PickResult::Fail(_) => {}
+            PickResult::Drop(status) => return Err(status),
+        }
+        wait(&mut generation, deadline).await?;
+    };
+    log::trace!("{}: {path} -> {}", inner.target, subchannel.address());
+
+    *request.uri_mut() = uri_for(&inner.authority, request.uri())?;
+    let sent = connection.send(request);
+    let response = match deadline {
+        Some(d) => match tokio::time::timeout_at(d, sent).await {
+            Ok(r) => r,
+            Err(_) => return Err(Status::deadline_exceeded("deadline exceeded")),
+        },
+        None => sent.await,
+    };
+    match response {
+        Ok(response) => {
+            let (mut parts, body) = response.into_parts();
+            parts.extensions.insert(PickedPeer(
+                subchannel.address(),
+                call_config.cluster.name.clone(),
+            ));
+            if let Some(code) = parts.headers.get("grpc-status") {
+                // Trailers-only: the call is over.
+                guard.finish(code == "0");
+                return Ok(http::Response::from_parts(parts, Body::new(body)));
+            }
+            let body = TrackedBody {
+                inner: body,
+                guard: Some(guard),
+            };
+            Ok(http::Response::from_parts(parts, Body::new(body)))
+        }
+        Err(e) => {
+            guard.finish(false);
+            Err(Status::unavailable(format!(
+                "{}: request failed: {e}",
+                subchannel.address()
+            )))
+        }
+    }
+}
+
+/// Waits for the next snapshot, or fails at the deadline.
+async fn wait(
+    generation: &mut tokio::sync::watch::Receiver<u64>,
+    deadline: Option<Instant>,
+) -> Result<(), Status> {
+    let changed = generation.changed();
+    let result = match deadline {
+        Some(d) => tokio::time::timeout_at(d, changed).await.map_err(|_| {
+            Status::deadline_exceeded("deadline exceeded while waiting for a subchannel")
+        })?,
+        None => changed.await,
+    };
+    result.map_err(|_| Status::unavailable("channel shut down"))
+}
+
+/// Which address and cluster served a call: in the response's extensions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PickedPeer(pub std::net::SocketAddr, pub Arc<str>);
+
+fn uri_for(authority: &http::uri::Authority, uri: &Uri) -> Result<Uri, Status> {
+    let path = uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    Uri::builder()
+        .scheme(Scheme::HTTP)
+        .authority(authority.clone())
+        .path_and_query(path)
+        .build()
+        .map_err(|e| Status::internal(format!("cannot build the request URI: {e}")))
+}
+
+/// `grpc-timeout` as gRPC encodes it: at most 8 digits and a unit.
+fn encode_timeout(t: Duration) -> HeaderValue {
+    let micros = t.as_micros();
+    let text = if micros < 100_000_000 {
+        format!("{micros}u")
+    } else if t.as_millis() < 100_000_000 {
+        format!("{}m", t.as_millis())
+    } else {
+        format!("{}S", t.as_secs().min(99_999_999))
+    };
+    HeaderValue::from_str(&text).unwrap_or(HeaderValue::from_static("99999999S"))
+}
+
+/// The call's `grpc-timeout`, if it has a valid one.
+pub(crate) fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let v = headers.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Tells the pick's trackers and the subchannel's counters how the call
+/// ended, exactly once (a call dropped half-way counts as failed).
+struct CallGuard {
+    subchannel: Subchannel,
+    trackers: Vec<Arc<dyn CallTracker>>,
+    /// The call went out on the subchannel (its counters saw it).
+    started: bool,
+    done: bool,
+}
+
+impl CallGuard {
+    fn new(subchannel: Subchannel, trackers: Vec<Arc<dyn CallTracker>>) -> Self {
+        CallGuard {
+            subchannel,
+            trackers,
+            started: false,
+            done: false,
+        }
+    }
+
+    fn start(mut self) -> Self {
+        self.subchannel.call_started();
+        self.started = true;
+        self
+    }
+
+    fn finish(mut self, ok: bool) {
+        self.end(ok);
+    }
+
+    fn end(&mut self, ok: bool) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        if self.started {
+            self.subchannel.call_finished(ok);
+        }
+        for t in self.trackers.iter().rev() {
+            t.finished(ok);
+        }
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.end(false);
+    }
+}
+
+/// The response body, watched for its trailers' `grpc-status`.
+struct TrackedBody {
+    inner: hyper::body::Incoming,
+    guard: Option<CallGuard>,
+}
+
+impl HttpBody for TrackedBody {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    let ok = trailers.get("grpc-status").is_some_and(|c| c == "0");
+                    if let Some(g) = self.guard.take() {
+                        g.finish(ok);
+                    }
+                }
+            }
+            Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {
+                if let Some(g) = self.guard.take() {
+                    g.finish(false);
+                }
+            }
+            Poll::Pending => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_round_trip() {
+        for (text, d) in [
+            ("5S", Duration::from_secs(5)),
+            ("250m", Duration::from_millis(250)),
+            ("7u", Duration::from_micros(7)),
+            ("2H", Duration::from_secs(7200)),
+            ("3M", Duration::from_secs(180)),
+            ("9n", Duration::from_nanos(9)),
+        ] {
+            let mut h = http::HeaderMap::new();
+            h.insert("grpc-timeout", HeaderValue::from_static(text));
+            assert_eq!(grpc_timeout(&h), Some(d), "{text}");
+        }
+        let mut h = http::HeaderMap::new();
+        h.insert("grpc-timeout", encode_timeout(Duration::from_millis(1500)));
+        assert_eq!(grpc_timeout(&h), Some(Duration::from_millis(1500)));
+        for bad in ["", "S", "123456789S", "5x", "-1S"] {
+            h.insert("grpc-timeout", HeaderValue::from_str(bad).unwrap());
+            assert_eq!(grpc_timeout(&h), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The config selector (gRFCs A28, A31): for each call, the first route of
+//! the virtual host that matches its path and metadata, and from the route
+//! the cluster (a weighted random choice among weighted clusters) and the
+//! call's timeout.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderMap;
+use tonic::Status;
+
+use super::ClusterRef;
+use crate::lb::random;
+use crate::xds::resource::route::{
+    Action, ClusterSpecifier, ClusterWeight, HeaderMatch, HeaderMatcher, PathMatcher, RouteMatcher,
+    VirtualHost,
+};
+
+/// What the selector decided for one call.
+#[derive(Debug, Clone)]
+pub struct CallConfig {
+    /// The cluster, held so that it stays in the LB tree while the call runs.
+    pub cluster: Arc<ClusterRef>,
+    /// The route's `max_stream_duration` (or the listener's): the call's
+    /// deadline at the latest.
+    pub timeout: Option<Duration>,
+    /// Index of the matched route in the virtual host.
+    pub route: usize,
+}
+
+/// An immutable route table for calls, built from one resolver update.
+#[derive(Debug)]
+pub struct ConfigSelector {
+    virtual_host: VirtualHost,
+    /// The listener's `max_stream_duration`, for routes without their own.
+    default_timeout: Option<Duration>,
+    clusters: HashMap<String, Arc<ClusterRef>>,
+}
+
+impl ConfigSelector {
+    /// A selector over `virtual_host`, with a handle for every cluster its
+    /// routes name (`clusters` must hold them all).
+    pub fn new(
+        virtual_host: VirtualHost,
+        default_timeout: Option<Duration>,
+        clusters: HashMap<String, Arc<ClusterRef>>,
+    ) -> Self {
+        ConfigSelector {
+            virtual_host,
+            default_timeout,
+            clusters,
+        }
+    }
+
+    /// The virtual host in use.
+    pub fn virtual_host(&self) -> &VirtualHost {
+        &self.virtual_host
+    }
+
+    /// The config of a call to `path` with `headers`, or the UNAVAILABLE
+    /// status C-core gives when no route matches or the route does not
+    /// forward.
+    pub fn select(&self, path: &str, headers: &HeaderMap) -> Result<CallConfig, Status> {
+        let (index, route) = self
+            .virtual_host
+            .routes
+            .iter()
+            .enumerate()
+            .find(|(_, r)| route_matches(&r.matcher, path, headers))
+            .ok_or_else(|| Status::unavailable("No matching route found in xDS route config"))?;
+        let Action::Route(action) = &route.action else {
+            return Err(Status::unavailable(
+                "Matching route has inappropriate action",
+            ));
+        };
+        let name = match &action.clusters {
+            ClusterSpecifier::Cluster(name) => name,
+            ClusterSpecifier::Weighted(entries) => weighted_choice(entries),
+        };
+        let cluster = self.clusters.get(name).cloned().ok_or_else(|| {
+            Status::internal(format!(
+                "route {index} names cluster {name:?}, which has no handle"
+            ))
+        })?;
+        Ok(CallConfig {
+            cluster,
+            timeout: action.max_stream_duration.or(self.default_timeout),
+            route: index,
+        })
+    }
+}
+
+/// A cluster at random by weight (gRFC A28).
+fn weighted_choice(entries: &[ClusterWeight]) -> &String {
+    let total: u64 = entries.iter().map(|e| u64::from(e.weight)).sum();
+    let mut r = random::below(total.max(1));
+    for e in entries {
+        let w = u64::from(e.weight);
+        if r < w {
+            return &e.name;
+        }
+        r -= w;
+    }
+    // Unreachable with weights summing above zero (validation ensures it).
+    &entries[entries.len() - 1].name
+}
+
+/// Whether a call matches a route's conditions.
+pub fn route_matches(m: &RouteMatcher, path: &str, headers: &HeaderMap) -> bool {
+    let path_ok = match &m.path {
+        PathMatcher::Prefix(p) if m.case_sensitive => path.starts_with(p.as_str()),
+        PathMatcher::Prefix(p) => path
+            .get(..p.len())
+            .is_some_and(|head| head.eq_ignore_ascii_case(p)),
+        PathMatcher::Path(p) if m.case_sensitive => path == p,
+        PathMatcher::Path(p) => path.eq_ignore_ascii_case(p),
+        PathMatcher::Regex(r) => r.regex.is_match(path),
+    };
+    path_ok
+        && m.headers.iter().all(|h| header_matches(h, headers))
+        && m.fraction_per_million
+            .is_none_or(|f| random::below(1_000_000) < u64::from(f))
+}
+
+/// A header's value as gRPC matches it: repeated values joined with `,`;
+/// binary (`-bin`) headers are never seen.
+fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
+    if name.ends_with("-bin") {
+        return None;
+    }
+    let mut values = headers.get_all(name).iter().filter_map(|v| v.to_str().ok());
+    let first = values.next()?;
+    let mut out = first.to_owned();
+    for v in values {
+        out.push(',');
+        out.push_str(v);
+    }
+    Some(out)
+}
+
+/// One header condition, C-core's way: an absent header fails every
+/// condition but `present` (inverted or not).
+pub fn header_matches(h: &HeaderMatcher, headers: &HeaderMap) -> bool {
+    let value = header_value(headers, &h.name);
+    let matched = match (&h.kind, value.as_deref()) {
+        (HeaderMatch::Present(want), v) => v.is_some() == *want,
+        (_, None) => return false,
+        (HeaderMatch::Exact(s, ic), Some(v)) => fold(v, *ic) == fold(s, *ic),
+        (HeaderMatch::Prefix(s, ic), Some(v)) => fold(v, *ic).starts_with(&*fold(s, *ic)),
+        (HeaderMatch::Suffix(s, ic), Some(v)) => fold(v, *ic).ends_with(&*fold(s, *ic)),
+        (HeaderMatch::Contains(s, ic), Some(v)) => fold(v, *ic).contains(&*fold(s, *ic)),
+        (HeaderMatch::Regex(r), Some(v)) => r.regex.is_match(v),
+        (HeaderMatch::Range(start, end), Some(v)) => {
+            v.parse::<i64>().is_ok_and(|n| *start <= n && n < *end)
+        }
+    };
+    matched != h.invert
+}
+
+fn fold(s: &str, ignore_case: bool) -> std::borrow::Cow<'_, str> {
+    if ignore_case {
+        std::borrow::Cow::Owned(s.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::xds::resource::route::Pattern;
+
+    fn matcher(
+        path: PathMatcher,
+        case_sensitive: bool,
+        headers: Vec<HeaderMatcher>,
+    ) -> RouteMatcher {
+        RouteMatcher {
+            path,
+            case_sensitive,
+            headers,
+            fraction_per_million: None,
+        }
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::header::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        h
+    }
+
+    fn hm(name: &str, kind: HeaderMatch, invert: bool) -> HeaderMatcher {
+        HeaderMatcher {
+            name: name.into(),
+            kind,
+            invert,
+        }
+    }
+
+    #[test]
+    fn prefix_and_path_respect_case_sensitivity() {
+        let none = HeaderMap::new();
+        let p = |s: &str| PathMatcher::Prefix(s.into());
+        assert!(route_matches(
+            &matcher(p("/shop."), true, vec![]),
+            "/shop.Cart/Add",
+            &none
+        ));
+        assert!(!route_matches(
+            &matcher(p("/SHOP."), true, vec![]),
+            "/shop.Cart/Add",
+            &none
+        ));
+        assert!(route_matches(
+            &matcher(p("/SHOP."), false, vec![]),
+            "/shop.Cart/Add",
+            &none
+        ));
+        assert!(route_matches(&matcher(p(""), true, vec![]), "/x/y", &none));
+        let exact = |s: &str| PathMatcher::Path(s.into());
+        assert!(route_matches(
+            &matcher(exact("/a.B/C"), true, vec![]),
+            "/a.B/C",
+            &none
+        ));
+        assert!(!route_matches(
+            &matcher(exact("/a.B/C"), true, vec![]),
+            "/a.B/Cx",
+            &none
+        ));
+        assert!(route_matches(
+            &matcher(exact("/A.b/c"), false, vec![]),
+            "/a.B/C",
+            &none
+        ));
+    }
+
+    #[test]
+    fn regex_paths_match_in_full() {
+        let re = regex_lite::Regex::new("^(?:/a\\..*/Get)$").unwrap();
+        let m = matcher(
+            PathMatcher::Regex(Pattern {
+                source: "/a\\..*/Get".into(),
+                regex: re,
+            }),
+            true,
+            vec![],
+        );
+        assert!(route_matches(&m, "/a.Svc/Get", &HeaderMap::new()));
+        assert!(!route_matches(&m, "/a.Svc/GetMore", &HeaderMap::new()));
+    }
+
+    #[test]
+    fn header_conditions_as_c_core_evaluates_them() {
+        let h = headers(&[
+            ("x-user", "alice"),
+            ("x-n", "42"),
+            ("x-multi", "a"),
+            ("x-multi", "b"),
+        ]);
+        let exact = |v: &str, ic| HeaderMatch::Exact(v.into(), ic);
+        assert!(header_matches(
+            &hm("x-user", exact("alice", false), false),
+            &h
+        ));
+        assert!(!header_matches(
+            &hm("x-user", exact("ALICE", false), false),
+            &h
+        ));
+        assert!(header_matches(
+            &hm("x-user", exact("ALICE", true), false),
+            &h
+        ));
+        assert!(header_matches(&hm("x-user", exact("bob", false), true), &h));
+        assert!(header_matches(
+            &hm("x-multi", exact("a,b", false), false),
+            &h
+        ));
+        assert!(header_matches(
+            &hm("x-n", HeaderMatch::Range(40, 43), false),
+            &h
+        ));
+        assert!(!header_matches(
+            &hm("x-n", HeaderMatch::Range(43, 50), false),
+            &h
+        ));
+        assert!(header_matches(
+            &hm("x-user", HeaderMatch::Prefix("al".into(), false), false),
+            &h
+        ));
+        assert!(header_matches(
+            &hm("x-user", HeaderMatch::Suffix("ce".into(), false), false),
+            &h
+        ));
+        assert!(header_matches(
+            &hm("x-user", HeaderMatch::Contains("lic".into(), false), false),
+            &h
+        ));
+        // Absent: only `present` can match, inverted or not.
+        assert!(!header_matches(&hm("x-none", exact("a", false), false), &h));
+        assert!(!header_matches(&hm("x-none", exact("a", false), true), &h));
+        assert!(header_matches(
+            &hm("x-none", HeaderMatch::Present(false), false),
+            &h
+        ));
+        assert!(header_matches(
+            &hm("x-none", HeaderMatch::Present(true), true),
+            &h
+        ));
+        assert!(header_matches(
+            &hm("x-user", HeaderMatch::Present(true), false),
+            &h
+        ));
+    }
+
+    #[test]
+    fn binary_headers_are_never_matched() {
+        let h = headers(&[("x-token-bin", "AAEC")]);
+        assert!(!header_matches(
+            &hm("x-token-bin", HeaderMatch::Present(true), false),
+            &h
+        ));
+    }
+}

@@ -1,0 +1,226 @@
+//! `cds`: one cluster of the route table, as the resolver resolved it.
+//!
+//! A leaf cluster becomes `xds_cluster_impl` → `priority` (a child per EDS
+//! priority) → `xds_wrr_locality` → the cluster's endpoint policy. An
+//! aggregate cluster (gRFC A75) becomes a `priority` whose children are the
+//! `cds` trees of its leaf clusters, in order, so failover between them is
+//! the priority policy's. A cluster that could not be resolved reports
+//! TRANSIENT_FAILURE with the reason.
+//!
+//! DRAINING endpoints are kept out of the endpoint policies here (the
+//! session override policy will serve them to existing sessions).
+
+use std::sync::Arc;
+
+use super::cluster_impl;
+use super::priority;
+use super::wrr_locality::{self, EndpointPolicy, Locality};
+use super::{
+    Child, ConnectivityState, Ctx, EndpointAddresses, Event, FailPicker, HealthStatus, LbConfig,
+    LbPolicy, PolicyStats, SharedPicker,
+};
+use crate::xds::resource::cluster::{ClusterResource, LbPolicy as ClusterLbPolicy};
+use crate::xds::resource::endpoint::EndpointsResource;
+
+/// A leaf cluster with its endpoints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeafCluster {
+    /// The cluster's name.
+    pub name: Arc<str>,
+    /// The validated cluster.
+    pub cluster: Arc<ClusterResource>,
+    /// Its endpoints (EDS, or a static list).
+    pub endpoints: Arc<EndpointsResource>,
+}
+
+/// `cds`'s config: the cluster as resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Config {
+    /// A cluster with endpoints.
+    Leaf(LeafCluster),
+    /// An aggregate cluster, flattened to its leaf clusters in priority order.
+    Aggregate {
+        /// The aggregate's name.
+        name: Arc<str>,
+        /// Its leaf clusters, highest priority first.
+        leaves: Vec<LeafCluster>,
+    },
+    /// The cluster could not be resolved: calls to it fail with this.
+    Error {
+        /// The cluster's name.
+        name: Arc<str>,
+        /// Why (names the resource and the problem).
+        message: String,
+    },
+}
+
+impl Config {
+    /// The cluster's name.
+    pub fn name(&self) -> &Arc<str> {
+        match self {
+            Config::Leaf(l) => &l.name,
+            Config::Aggregate { name, .. } | Config::Error { name, .. } => name,
+        }
+    }
+}
+
+/// The endpoint policy of a cluster's `lb_policy`, or why the channel
+/// cannot run it yet.
+fn endpoint_policy(policy: &ClusterLbPolicy) -> Result<EndpointPolicy, String> {
+    match policy {
+        ClusterLbPolicy::RoundRobin => Ok(EndpointPolicy::RoundRobin),
+        ClusterLbPolicy::PickFirst { shuffle } => {
+            Ok(EndpointPolicy::PickFirst { shuffle: *shuffle })
+        }
+        ClusterLbPolicy::WrrLocality(inner) => endpoint_policy(inner),
+        ClusterLbPolicy::RingHash { .. } => Err("ring_hash".to_owned()),
+        ClusterLbPolicy::LeastRequest { .. } => Err("least_request".to_owned()),
+    }
+}
+
+/// The `xds_cluster_impl` subtree of a leaf cluster.
+fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
+    let policy = endpoint_policy(&leaf.cluster.lb_policy).map_err(|p| {
+        format!(
+            "cluster {}: lb policy {p} is not supported by tether's channel yet",
+            leaf.name
+        )
+    })?;
+    let children = leaf
+        .endpoints
+        .priorities
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let localities = p
+                .localities
+                .iter()
+                .map(|l| Locality {
+                    name: l.locality.clone(),
+                    weight: l.weight,
+                    endpoints: l
+                        .endpoints
+                        .iter()
+                        .filter(|e| e.health != HealthStatus::Draining)
+                        .map(|e| EndpointAddresses {
+                            addresses: e.addresses.clone(),
+                            weight: e.weight.max(1),
+                            health: e.health,
+                        })
+                        .collect(),
+                })
+                .collect();
+            (
+                format!("{}[priority-{i}]", leaf.name),
+                LbConfig::WrrLocality(wrr_locality::Config {
+                    localities,
+                    child_policy: policy,
+                }),
+            )
+        })
+        .collect();
+    Ok(LbConfig::ClusterImpl(cluster_impl::Config {
+        cluster: leaf.name.clone(),
+        eds_service_name: leaf.cluster.eds_name().map(str::to_owned),
+        max_requests: leaf.cluster.max_requests,
+        drops: leaf.endpoints.drop_overloads.clone(),
+        child: Box::new(LbConfig::Priority(priority::Config { children })),
+    }))
+}
+
+/// The `cds` policy.
+pub struct Cds {
+    name: Option<Arc<str>>,
+    child: Option<Child>,
+    error: Option<SharedPicker>,
+}
+
+impl Default for Cds {
+    fn default() -> Self {
+        Cds::new()
+    }
+}
+
+impl Cds {
+    /// A policy with no cluster yet.
+    pub fn new() -> Self {
+        Cds {
+            name: None,
+            child: None,
+            error: None,
+        }
+    }
+
+    fn fail(&mut self, message: String) -> bool {
+        log::warn!("{message}");
+        self.error = Some(Arc::new(FailPicker(tonic::Status::unavailable(message))));
+        true
+    }
+}
+
+impl LbPolicy for Cds {
+    fn update(&mut self, ctx: &mut Ctx<'_>, config: LbConfig) -> bool {
+        let LbConfig::Cds(config) = config else {
+            return false;
+        };
+        self.name = Some(config.name().clone());
+        let child = match &config {
+            Config::Leaf(leaf) => leaf_config(leaf),
+            Config::Aggregate { leaves, .. } => Ok(LbConfig::Priority(priority::Config {
+                children: leaves
+                    .iter()
+                    .map(|l| (l.name.to_string(), LbConfig::Cds(Config::Leaf(l.clone()))))
+                    .collect(),
+            })),
+            Config::Error { message, .. } => Err(message.clone()),
+        };
+        match child {
+            // A cluster that stops resolving keeps serving with what it had
+            // only for ambient errors, which never reach here.
+            Err(message) => {
+                self.child = None;
+                self.fail(message)
+            }
+            Ok(child) => {
+                self.error = None;
+                match &mut self.child {
+                    Some(c) => {
+                        c.update(ctx, child);
+                    }
+                    None => self.child = Some(Child::new(ctx, child)),
+                }
+                true
+            }
+        }
+    }
+
+    fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
+        self.child.as_mut().is_some_and(|c| c.event(ctx, event))
+    }
+
+    fn state(&self) -> ConnectivityState {
+        match (&self.error, &self.child) {
+            (Some(_), _) | (None, None) => ConnectivityState::TransientFailure,
+            (None, Some(c)) => c.get().state(),
+        }
+    }
+
+    fn picker(&self) -> SharedPicker {
+        match (&self.error, &self.child) {
+            (Some(p), _) => p.clone(),
+            (None, Some(c)) => c.get().picker(),
+            (None, None) => super::queue_picker(),
+        }
+    }
+
+    fn stats(&self) -> PolicyStats {
+        PolicyStats {
+            policy: "cds",
+            name: self.name.as_ref().map(|n| n.to_string()),
+            state: self.state(),
+            facts: Vec::new(),
+            endpoints: Vec::new(),
+            children: self.child.iter().map(|c| c.get().stats()).collect(),
+        }
+    }
+}

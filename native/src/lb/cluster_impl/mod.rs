@@ -1,0 +1,147 @@
+//! `xds_cluster_impl`: a cluster's drops and circuit breaking, applied
+//! before its endpoints are chosen.
+//!
+//! - EDS `drop_overloads`: each category drops its share of calls,
+//!   UNAVAILABLE `EDS-configured drop: <category>`, checked in order.
+//! - Circuit breaking: with `max_requests` calls of the cluster in flight
+//!   (default 1024), new calls fail UNAVAILABLE `circuit breaker drop`.
+//!   A call counts from its pick until it ends.
+//!
+//! Both are drops: they fail even `wait_for_ready` calls, as in C-core.
+
+mod picker;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use super::{Child, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, PolicyStats, SharedPicker};
+pub use crate::xds::resource::endpoint::DropOverload;
+pub use picker::ClusterImplPicker;
+
+pub use crate::xds::resource::cluster::DEFAULT_MAX_REQUESTS;
+
+/// `xds_cluster_impl`'s config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// The cluster (reported with each pick for session cookies, A60).
+    pub cluster: Arc<str>,
+    /// The EDS service name, if the cluster sets one.
+    pub eds_service_name: Option<String>,
+    /// Calls in flight at most.
+    pub max_requests: u32,
+    /// Drop categories in order.
+    pub drops: Vec<DropOverload>,
+    /// The policy underneath (priority).
+    pub child: Box<LbConfig>,
+}
+
+/// The `xds_cluster_impl` policy.
+pub struct ClusterImpl {
+    config: Option<Config>,
+    child: Option<Child>,
+    /// Calls in flight, shared by every picker this policy makes.
+    in_flight: Arc<AtomicU64>,
+    picker: Option<SharedPicker>,
+}
+
+impl Default for ClusterImpl {
+    fn default() -> Self {
+        ClusterImpl::new()
+    }
+}
+
+impl ClusterImpl {
+    /// A policy with no config yet.
+    pub fn new() -> Self {
+        ClusterImpl {
+            config: None,
+            child: None,
+            in_flight: Arc::new(AtomicU64::new(0)),
+            picker: None,
+        }
+    }
+
+    /// Calls of this cluster in flight.
+    pub fn in_flight(&self) -> u64 {
+        self.in_flight.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn drops_all(&self) -> bool {
+        self.config
+            .as_ref()
+            .is_some_and(|c| c.drops.iter().any(|d| d.per_million >= 1_000_000))
+    }
+
+    fn refresh(&mut self) -> bool {
+        let (Some(config), Some(child)) = (&self.config, &self.child) else {
+            return false;
+        };
+        self.picker = Some(Arc::new(ClusterImplPicker::new(
+            config,
+            self.in_flight.clone(),
+            child.get().picker(),
+        )));
+        true
+    }
+}
+
+impl LbPolicy for ClusterImpl {
+    fn update(&mut self, ctx: &mut Ctx<'_>, config: LbConfig) -> bool {
+        let LbConfig::ClusterImpl(mut config) = config else {
+            return false;
+        };
+        let child_config = std::mem::replace(
+            &mut config.child,
+            Box::new(LbConfig::RoundRobin(Default::default())),
+        );
+        match &mut self.child {
+            Some(c) => {
+                c.update(ctx, *child_config.clone());
+            }
+            None => self.child = Some(Child::new(ctx, *child_config.clone())),
+        }
+        config.child = child_config;
+        self.config = Some(config);
+        self.refresh()
+    }
+
+    fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
+        let changed = self.child.as_mut().is_some_and(|c| c.event(ctx, event));
+        changed && self.refresh()
+    }
+
+    fn state(&self) -> ConnectivityState {
+        if self.drops_all() {
+            // Every call is dropped at once: nothing to wait for.
+            return ConnectivityState::Ready;
+        }
+        self.child
+            .as_ref()
+            .map_or(ConnectivityState::Connecting, |c| c.get().state())
+    }
+
+    fn picker(&self) -> SharedPicker {
+        self.picker.clone().unwrap_or_else(super::queue_picker)
+    }
+
+    fn stats(&self) -> PolicyStats {
+        let mut facts = vec![("in_flight".to_owned(), self.in_flight().to_string())];
+        if let Some(c) = &self.config {
+            facts.push(("max_requests".to_owned(), c.max_requests.to_string()));
+            for d in &c.drops {
+                facts.push((
+                    format!("drop {}", d.category),
+                    format!("{} per million", d.per_million),
+                ));
+            }
+        }
+        PolicyStats {
+            policy: "xds_cluster_impl",
+            name: self.config.as_ref().map(|c| c.cluster.to_string()),
+            state: self.state(),
+            facts,
+            endpoints: Vec::new(),
+            children: self.child.iter().map(|c| c.get().stats()).collect(),
+        }
+    }
+}

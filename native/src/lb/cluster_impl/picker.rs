@@ -1,0 +1,68 @@
+//! xds_cluster_impl's picker: drop categories, then the circuit breaker,
+//! then the child's pick, counted until the call ends.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tonic::Status;
+
+use super::{Config, DropOverload};
+use crate::lb::{random, CallTracker, PickArgs, PickResult, Picker, SharedPicker};
+
+/// Decrements the cluster's in-flight count when a call ends.
+#[derive(Debug)]
+struct InFlight(Arc<AtomicU64>);
+
+impl CallTracker for InFlight {
+    fn finished(&self, _ok: bool) {
+        // Saturating: a count is never taken below zero.
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}
+
+/// The picker of one cluster.
+#[derive(Debug)]
+pub struct ClusterImplPicker {
+    drops: Vec<DropOverload>,
+    max_requests: u64,
+    in_flight: Arc<InFlight>,
+    child: SharedPicker,
+}
+
+impl ClusterImplPicker {
+    /// A picker for `config` over the child's picker.
+    pub fn new(config: &Config, in_flight: Arc<AtomicU64>, child: SharedPicker) -> Self {
+        ClusterImplPicker {
+            drops: config.drops.clone(),
+            max_requests: u64::from(config.max_requests),
+            in_flight: Arc::new(InFlight(in_flight)),
+            child,
+        }
+    }
+}
+
+impl Picker for ClusterImplPicker {
+    fn pick(&self, args: &PickArgs<'_>) -> PickResult {
+        for d in &self.drops {
+            if random::below(1_000_000) < u64::from(d.per_million) {
+                return PickResult::Drop(Status::unavailable(format!(
+                    "EDS-configured drop: {}",
+                    d.category
+                )));
+            }
+        }
+        if self.in_flight.0.load(Ordering::Relaxed) >= self.max_requests {
+            return PickResult::Drop(Status::unavailable("circuit breaker drop"));
+        }
+        match self.child.pick(args) {
+            PickResult::Complete(mut pick) => {
+                self.in_flight.0.fetch_add(1, Ordering::Relaxed);
+                pick.trackers.push(self.in_flight.clone());
+                PickResult::Complete(pick)
+            }
+            other => other,
+        }
+    }
+}

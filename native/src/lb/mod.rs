@@ -1,0 +1,406 @@
+//! The load-balancing tree of [`crate::channel::Channel`], as gRPC's xDS
+//! clients build it (gRFC A75's diagrams):
+//!
+//! ```text
+//! xds_cluster_manager ─ a child per cluster of the route table
+//!   └ cds ─ a leaf cluster, or an aggregate flattened into a priority of leaves
+//!       └ xds_cluster_impl ─ drops, circuit breaking, the cluster's name
+//!           └ priority ─ failover between the cluster's priorities (A56)
+//!               └ xds_wrr_locality ─ the priority's localities
+//!                   └ weighted_target ─ a child per locality, by weight
+//!                       └ round_robin | pick_first ─ over the endpoints
+//! ```
+//!
+//! Every policy is a synchronous state machine that runs on the channel's one
+//! LB task (gRPC's "work serializer"): it reacts to a new config, a
+//! subchannel's connectivity state, a timer or a request to leave IDLE, and
+//! publishes an immutable [`Picker`] that RPCs read without a lock.
+//!
+//! One module per policy, each with its config, its picker and the policy.
+
+mod aggregate;
+pub mod cds;
+pub mod cluster_impl;
+pub mod cluster_manager;
+pub mod pick_first;
+pub mod priority;
+pub(crate) mod random;
+pub mod round_robin;
+pub mod weighted_target;
+pub mod wrr_locality;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::Status;
+
+pub use crate::subchannel::ConnectivityState;
+pub use crate::subchannel::{Subchannel, SubchannelId, SubchannelPool};
+pub use crate::xds::resource::endpoint::HealthStatus;
+pub use aggregate::aggregate_state;
+
+/// One endpoint as a policy sees it: its addresses (gRFC A61: the first is
+/// the primary), its weight and its EDS health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointAddresses {
+    /// Addresses in order; never empty.
+    pub addresses: Vec<SocketAddr>,
+    /// Load-balancing weight (at least 1).
+    pub weight: u32,
+    /// EDS health status (only UNKNOWN and HEALTHY reach the leaf policies).
+    pub health: HealthStatus,
+}
+
+impl EndpointAddresses {
+    /// A healthy endpoint of weight 1 at one address.
+    pub fn single(address: SocketAddr) -> Self {
+        EndpointAddresses {
+            addresses: vec![address],
+            weight: 1,
+            health: HealthStatus::Unknown,
+        }
+    }
+}
+
+/// Per-call data a picker reads, set by the channel's config selector and
+/// HTTP filters before the pick.
+#[derive(Debug, Clone, Default)]
+pub struct CallAttributes {
+    /// The cluster the route chose (the key of `xds_cluster_manager`).
+    pub cluster: Arc<str>,
+    /// The request hash of the route's hash policies, for ring hash.
+    pub hash: Option<u64>,
+}
+
+/// What a picker sees of a call.
+#[derive(Debug)]
+pub struct PickArgs<'a> {
+    /// The method path, `/package.Service/Method`.
+    pub path: &'a str,
+    /// The call's metadata.
+    pub headers: &'a http::HeaderMap,
+    /// Attributes set by the config selector and filters.
+    pub attributes: &'a CallAttributes,
+}
+
+/// Observes a call picked for a subchannel, until it ends (circuit
+/// breaking counts calls in flight; outlier detection and least request
+/// will count outcomes).
+pub trait CallTracker: Send + Sync {
+    /// The call ended: `ok` when its status was OK.
+    fn finished(&self, ok: bool);
+}
+
+/// A completed pick.
+pub struct Pick {
+    /// Where the call goes.
+    pub subchannel: Subchannel,
+    /// Told when the call ends, innermost policy first.
+    pub trackers: Vec<Arc<dyn CallTracker>>,
+}
+
+impl fmt::Debug for Pick {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pick")
+            .field("subchannel", &self.subchannel.address())
+            .field("trackers", &self.trackers.len())
+            .finish()
+    }
+}
+
+/// What a picker decided for one call.
+#[derive(Debug)]
+pub enum PickResult {
+    /// Send the call on this subchannel.
+    Complete(Pick),
+    /// Wait for the next picker.
+    Queue,
+    /// Fail the call, unless it is `wait_for_ready`, in which case it waits
+    /// for the next picker (a TRANSIENT_FAILURE picker's answer).
+    Fail(Status),
+    /// Fail the call even if it is `wait_for_ready` (drops, circuit breaking).
+    Drop(Status),
+}
+
+/// An immutable snapshot of a policy's choice, read by RPCs without locks.
+pub trait Picker: Send + Sync + fmt::Debug {
+    /// Picks for one call. Must not block.
+    fn pick(&self, args: &PickArgs<'_>) -> PickResult;
+}
+
+/// A picker shared by the policy that made it and its parent's picker.
+pub type SharedPicker = Arc<dyn Picker>;
+
+/// Queues every call: the picker of a policy that is connecting.
+#[derive(Debug, Default)]
+pub struct QueuePicker;
+
+impl Picker for QueuePicker {
+    fn pick(&self, _: &PickArgs<'_>) -> PickResult {
+        PickResult::Queue
+    }
+}
+
+/// Fails every call with one status: the picker of TRANSIENT_FAILURE.
+#[derive(Debug)]
+pub struct FailPicker(pub Status);
+
+impl Picker for FailPicker {
+    fn pick(&self, _: &PickArgs<'_>) -> PickResult {
+        PickResult::Fail(self.0.clone())
+    }
+}
+
+/// A picker that queues, shared.
+pub fn queue_picker() -> SharedPicker {
+    Arc::new(QueuePicker)
+}
+
+/// A picker that fails calls with UNAVAILABLE and `message`, shared.
+pub fn fail_picker(message: impl Into<String>) -> SharedPicker {
+    Arc::new(FailPicker(Status::unavailable(message)))
+}
+
+/// Identifies one scheduled timer; a policy keeps the token of each timer it
+/// started and ignores tokens it does not know (timers it cancelled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TimerToken(pub u64);
+
+/// A scheduled timer: dropping it cancels it.
+#[derive(Debug)]
+pub struct Timer {
+    token: TimerToken,
+    task: tokio::task::AbortHandle,
+}
+
+impl Timer {
+    /// The token its firing carries.
+    pub fn token(&self) -> TimerToken {
+        self.token
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Events the LB task handles, one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A subchannel of the channel's pool changed state.
+    Subchannel(SubchannelId, ConnectivityState),
+    /// A timer fired.
+    Timer(TimerToken),
+}
+
+/// What a policy can do from the LB task: create subchannels, start timers,
+/// read the clock. Passed down the tree on every call into a policy.
+pub struct Ctx<'a> {
+    pool: &'a SubchannelPool,
+    events: &'a mpsc::UnboundedSender<Event>,
+    next_timer: &'a mut u64,
+    /// Names the channel in log lines (its target).
+    pub target: &'a str,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context over the channel's pool and event queue.
+    pub fn new(
+        pool: &'a SubchannelPool,
+        events: &'a mpsc::UnboundedSender<Event>,
+        next_timer: &'a mut u64,
+        target: &'a str,
+    ) -> Self {
+        Ctx {
+            pool,
+            events,
+            next_timer,
+            target,
+        }
+    }
+
+    /// The subchannel for `address`: the pool's existing one (shared with
+    /// other clusters) or a new one in IDLE.
+    pub fn subchannel(&self, address: SocketAddr) -> Subchannel {
+        self.pool.get(address)
+    }
+
+    /// Starts a timer that fires [`Event::Timer`] after `delay`.
+    pub fn timer(&mut self, delay: Duration) -> Timer {
+        *self.next_timer += 1;
+        let token = TimerToken(*self.next_timer);
+        let events = self.events.clone();
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = events.send(Event::Timer(token));
+        });
+        Timer {
+            token,
+            task: task.abort_handle(),
+        }
+    }
+
+    /// The LB task's clock.
+    pub fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// A policy's view for `tether call --stats` and [`crate::channel::Channel::stats`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PolicyStats {
+    /// The policy's name, e.g. `priority`.
+    pub policy: &'static str,
+    /// The child's key in its parent (cluster, priority or locality name), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its connectivity state.
+    pub state: ConnectivityState,
+    /// Policy-specific facts (e.g. the chosen priority).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub facts: Vec<(String, String)>,
+    /// Its subchannels (leaf policies).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<crate::subchannel::SubchannelStats>,
+    /// Its children.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<PolicyStats>,
+}
+
+/// A load-balancing policy: one node of the tree. Every method runs on the
+/// LB task; `update` and `event` return whether the policy's state or
+/// picker changed, so the parent knows to rebuild its own.
+pub trait LbPolicy: Send {
+    /// A new config for this policy (its endpoints included). Returns whether
+    /// its state or picker changed.
+    fn update(&mut self, ctx: &mut Ctx<'_>, config: LbConfig) -> bool;
+    /// A subchannel of the pool changed state, or a timer fired (maybe not
+    /// this policy's: parents pass every event to their children).
+    fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool;
+    /// Its connectivity state.
+    fn state(&self) -> ConnectivityState;
+    /// Its current picker.
+    fn picker(&self) -> SharedPicker;
+    /// A snapshot for operators.
+    fn stats(&self) -> PolicyStats;
+}
+
+/// A policy's config. The xDS policies get typed configs made by their
+/// parent (endpoints travel inside them, split at each level); the
+/// endpoint-picking policies are the ones a cluster's `lb_policy` names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LbConfig {
+    /// `xds_cluster_manager`.
+    ClusterManager(cluster_manager::Config),
+    /// `cds`.
+    Cds(cds::Config),
+    /// `xds_cluster_impl`.
+    ClusterImpl(cluster_impl::Config),
+    /// `priority`.
+    Priority(priority::Config),
+    /// `xds_wrr_locality`.
+    WrrLocality(wrr_locality::Config),
+    /// `weighted_target`.
+    WeightedTarget(weighted_target::Config),
+    /// `round_robin`.
+    RoundRobin(round_robin::Config),
+    /// `pick_first`.
+    PickFirst(pick_first::Config),
+}
+
+impl LbConfig {
+    /// The policy's name as gRPC spells it.
+    pub fn policy_name(&self) -> &'static str {
+        match self {
+            LbConfig::ClusterManager(_) => "xds_cluster_manager",
+            LbConfig::Cds(_) => "cds",
+            LbConfig::ClusterImpl(_) => "xds_cluster_impl",
+            LbConfig::Priority(_) => "priority",
+            LbConfig::WrrLocality(_) => "xds_wrr_locality",
+            LbConfig::WeightedTarget(_) => "weighted_target",
+            LbConfig::RoundRobin(_) => "round_robin",
+            LbConfig::PickFirst(_) => "pick_first",
+        }
+    }
+
+    /// A new policy for this config (not yet updated with it).
+    pub fn build(&self) -> Box<dyn LbPolicy> {
+        match self {
+            LbConfig::ClusterManager(_) => Box::new(cluster_manager::ClusterManager::new()),
+            LbConfig::Cds(_) => Box::new(cds::Cds::new()),
+            LbConfig::ClusterImpl(_) => Box::new(cluster_impl::ClusterImpl::new()),
+            LbConfig::Priority(_) => Box::new(priority::Priority::new()),
+            LbConfig::WrrLocality(_) => Box::new(wrr_locality::WrrLocality::new()),
+            LbConfig::WeightedTarget(_) => Box::new(weighted_target::WeightedTarget::new()),
+            LbConfig::RoundRobin(_) => Box::new(round_robin::RoundRobin::new()),
+            LbConfig::PickFirst(_) => Box::new(pick_first::PickFirst::new()),
+        }
+    }
+}
+
+/// A child policy and the config it was last given: a new config of the
+/// same policy updates it, another policy replaces it.
+pub struct Child {
+    policy: Box<dyn LbPolicy>,
+    name: &'static str,
+}
+
+impl Child {
+    /// Builds the policy for `config` and gives it the config.
+    pub fn new(ctx: &mut Ctx<'_>, config: LbConfig) -> Self {
+        let mut policy = config.build();
+        let name = config.policy_name();
+        policy.update(ctx, config);
+        Child { policy, name }
+    }
+
+    /// Updates the child, replacing it when the policy changed. Returns
+    /// whether its state or picker changed.
+    pub fn update(&mut self, ctx: &mut Ctx<'_>, config: LbConfig) -> bool {
+        if config.policy_name() != self.name {
+            *self = Child::new(ctx, config);
+            return true;
+        }
+        self.policy.update(ctx, config)
+    }
+
+    /// The policy.
+    pub fn policy(&mut self) -> &mut dyn LbPolicy {
+        self.policy.as_mut()
+    }
+
+    /// The policy, read-only.
+    pub fn get(&self) -> &dyn LbPolicy {
+        self.policy.as_ref()
+    }
+
+    /// Passes an event to the child; whether its state or picker changed.
+    pub fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
+        self.policy.event(ctx, event)
+    }
+}
+
+/// Passes an event to every child; whether any changed.
+pub fn event_to_all<'c>(
+    ctx: &mut Ctx<'_>,
+    event: &Event,
+    children: impl IntoIterator<Item = &'c mut Child>,
+) -> bool {
+    let mut changed = false;
+    for c in children {
+        changed |= c.event(ctx, event);
+    }
+    changed
+}
+
+impl fmt::Debug for Child {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Child({})", self.name)
+    }
+}

@@ -1,0 +1,476 @@
+//! One HTTP/2 client connection (h2c, prior knowledge) over hyper.
+//!
+//! [`connect`] dials, handshakes and waits for the server's SETTINGS frame,
+//! all within one timeout: hyper's handshake returns as soon as the client
+//! preface is written, so without that wait a peer that accepts TCP but
+//! never speaks HTTP/2 would look connected. The hyper connection future
+//! runs in its own task, watched by a [`ConnectionTask`] that completes
+//! when the connection is gone and aborts it when dropped.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::client::conn::http2::{self, SendRequest};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::{JoinError, JoinHandle};
+use tonic::body::Body;
+
+/// HTTP/2 frame type of SETTINGS, which must open the server's preface.
+const SETTINGS_FRAME: u8 = 0x4;
+/// Length of an HTTP/2 frame header.
+const FRAME_HEADER_LEN: usize = 9;
+
+/// A ready HTTP/2 connection to send requests on; clones share it.
+#[derive(Clone)]
+pub struct Connection {
+    sender: SendRequest<Body>,
+    address: SocketAddr,
+}
+
+impl Connection {
+    /// Sends one request on this connection (waits for stream capacity
+    /// first: hyper holds it until the peer's stream limit allows).
+    pub async fn send(
+        &self,
+        request: http::Request<Body>,
+    ) -> Result<http::Response<Incoming>, hyper::Error> {
+        let mut sender = self.sender.clone();
+        sender.ready().await?;
+        log::trace!("subchannel {}: sending {}", self.address, request.uri());
+        sender.send_request(request).await
+    }
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("address", &self.address)
+            .field("closed", &self.sender.is_closed())
+            .finish()
+    }
+}
+
+/// Why a connection attempt failed.
+#[derive(Debug)]
+pub(crate) enum ConnectError {
+    /// The TCP connect failed (e.g. refused).
+    Connect {
+        address: SocketAddr,
+        source: io::Error,
+    },
+    /// hyper's HTTP/2 handshake failed.
+    Handshake {
+        address: SocketAddr,
+        source: hyper::Error,
+    },
+    /// The server's first frame was not SETTINGS: not an HTTP/2 server.
+    NotHttp2 { address: SocketAddr, frame_type: u8 },
+    /// The connection ended before the server's SETTINGS arrived.
+    Closed { address: SocketAddr, reason: Closed },
+    /// The whole attempt took longer than its timeout.
+    TimedOut {
+        address: SocketAddr,
+        after: Duration,
+    },
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::Connect { address, source } => {
+                write!(f, "connect {address} failed: {source}")
+            }
+            ConnectError::Handshake { address, source } => {
+                write!(f, "HTTP/2 handshake with {address} failed: {}", Chain(source))
+            }
+            ConnectError::NotHttp2 {
+                address,
+                frame_type,
+            } => write!(
+                f,
+                "{address} is not an HTTP/2 server: its first frame has type {frame_type:#x}, not SETTINGS"
+            ),
+            ConnectError::Closed { address, reason } => {
+                write!(f, "HTTP/2 handshake with {address} failed: {reason}")
+            }
+            ConnectError::TimedOut { address, after } => {
+                write!(f, "connect {address} timed out after {after:?}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConnectError::Connect { source, .. } => Some(source),
+            ConnectError::Handshake { source, .. } => Some(source),
+            ConnectError::Closed { reason, .. } => reason.source(),
+            ConnectError::NotHttp2 { .. } | ConnectError::TimedOut { .. } => None,
+        }
+    }
+}
+
+/// How a connection ended.
+#[derive(Debug)]
+pub(crate) enum Closed {
+    /// hyper finished the connection without error (peer closed or GOAWAY).
+    Graceful,
+    /// hyper reported a connection error.
+    Error(hyper::Error),
+    /// The task driving the connection was cancelled or panicked.
+    Task(JoinError),
+    /// [`ConnectionTask::closed`] had already reported the end.
+    AlreadyReported,
+}
+
+impl fmt::Display for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Closed::Graceful => f.write_str("connection closed"),
+            Closed::Error(e) => write!(f, "{}", Chain(e)),
+            Closed::Task(e) => write!(f, "connection task ended: {e}"),
+            Closed::AlreadyReported => f.write_str("connection already closed"),
+        }
+    }
+}
+
+impl std::error::Error for Closed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Closed::Error(e) => Some(e),
+            Closed::Task(e) => Some(e),
+            Closed::Graceful | Closed::AlreadyReported => None,
+        }
+    }
+}
+
+/// Shows an error with its sources: hyper's own message is only the kind
+/// ("connection error"), the cause is in the source.
+struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(e) = source {
+            write!(f, ": {e}")?;
+            source = e.source();
+        }
+        Ok(())
+    }
+}
+
+/// The task driving one hyper connection; dropping this aborts it, which
+/// closes the socket.
+#[derive(Debug)]
+pub(crate) struct ConnectionTask {
+    handle: Option<JoinHandle<Result<(), hyper::Error>>>,
+}
+
+impl ConnectionTask {
+    /// Completes when the connection is gone, saying why. Cancel-safe.
+    pub(crate) async fn closed(&mut self) -> Closed {
+        let Some(handle) = self.handle.as_mut() else {
+            return Closed::AlreadyReported;
+        };
+        let outcome = handle.await;
+        // A finished JoinHandle must not be polled again.
+        self.handle = None;
+        match outcome {
+            Ok(Ok(())) => Closed::Graceful,
+            Ok(Err(e)) => Closed::Error(e),
+            Err(e) => Closed::Task(e),
+        }
+    }
+}
+
+impl Drop for ConnectionTask {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.abort();
+        }
+    }
+}
+
+/// Connects to `address`: TCP, HTTP/2 handshake and the server's SETTINGS,
+/// the whole attempt bounded by `timeout`.
+pub(crate) async fn connect(
+    address: SocketAddr,
+    timeout: Duration,
+) -> Result<(Connection, ConnectionTask), ConnectError> {
+    match tokio::time::timeout(timeout, attempt(address)).await {
+        Ok(result) => result,
+        // Dropping the attempt dropped its ConnectionTask, if any: aborted.
+        Err(_) => Err(ConnectError::TimedOut {
+            address,
+            after: timeout,
+        }),
+    }
+}
+
+async fn attempt(address: SocketAddr) -> Result<(Connection, ConnectionTask), ConnectError> {
+    let stream = TcpStream::connect(address)
+        .await
+        .map_err(|source| ConnectError::Connect { address, source })?;
+    if let Err(e) = stream.set_nodelay(true) {
+        // Only latency suffers; the connection is still usable.
+        log::debug!("subchannel {address}: TCP_NODELAY not set: {e}");
+    }
+    let (settings_tx, settings_rx) = oneshot::channel();
+    let io = TokioIo::new(PrefaceWatch::new(stream, settings_tx));
+    let (sender, connection) = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .handshake::<_, Body>(io)
+        .await
+        .map_err(|source| ConnectError::Handshake { address, source })?;
+    let mut task = ConnectionTask {
+        handle: Some(tokio::spawn(connection)),
+    };
+    let first = tokio::select! {
+        // The first frame is seen before hyper can fail on it.
+        biased;
+        first = settings_rx => first,
+        reason = task.closed() => return Err(ConnectError::Closed { address, reason }),
+    };
+    match first {
+        Ok(FirstFrame::Settings) => Ok((Connection { sender, address }, task)),
+        Ok(FirstFrame::Other(frame_type)) => Err(ConnectError::NotHttp2 {
+            address,
+            frame_type,
+        }),
+        // The socket was dropped unread: the connection is ending.
+        Err(_) => Err(ConnectError::Closed {
+            address,
+            reason: task.closed().await,
+        }),
+    }
+}
+
+/// What the server's first frame was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FirstFrame {
+    Settings,
+    Other(u8),
+}
+
+/// A socket that reports the type of the first frame it reads; otherwise
+/// passes everything through.
+struct PrefaceWatch<T> {
+    io: T,
+    header: [u8; FRAME_HEADER_LEN],
+    seen: usize,
+    report: Option<oneshot::Sender<FirstFrame>>,
+}
+
+impl<T> PrefaceWatch<T> {
+    fn new(io: T, report: oneshot::Sender<FirstFrame>) -> Self {
+        PrefaceWatch {
+            io,
+            header: [0; FRAME_HEADER_LEN],
+            seen: 0,
+            report: Some(report),
+        }
+    }
+
+    fn observe(&mut self, bytes: &[u8]) {
+        if self.report.is_none() {
+            return;
+        }
+        let take = bytes.len().min(FRAME_HEADER_LEN - self.seen);
+        self.header[self.seen..self.seen + take].copy_from_slice(&bytes[..take]);
+        self.seen += take;
+        if self.seen == FRAME_HEADER_LEN {
+            let frame_type = self.header[3];
+            let first = if frame_type == SETTINGS_FRAME {
+                FirstFrame::Settings
+            } else {
+                FirstFrame::Other(frame_type)
+            };
+            if let Some(report) = self.report.take() {
+                // The attempt may have given up already; nothing to tell then.
+                let _ = report.send(first);
+            }
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for PrefaceWatch<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            this.observe(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for PrefaceWatch<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subchannel::tests::{echo, refused_addr, settings_server, silent_server, WAIT};
+    use tether_testkit::backend::HttpBackend;
+    use tether_testkit::grpc::GrpcBackend;
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpListener;
+
+    async fn connect_ok(address: SocketAddr) -> (Connection, ConnectionTask) {
+        connect(address, WAIT).await.expect("connect")
+    }
+
+    #[tokio::test]
+    async fn connects_and_sends_grpc_calls() {
+        let backend = GrpcBackend::start("c1").await;
+        let (conn, _task) = connect_ok(backend.addr()).await;
+        let reply = echo(&conn, backend.addr(), "hi").await;
+        assert_eq!(reply.backend, "c1");
+        assert_eq!(reply.message, "hi");
+        // Clones share the connection.
+        let reply = echo(&conn.clone(), backend.addr(), "two").await;
+        assert_eq!(reply.served, 2);
+    }
+
+    #[tokio::test]
+    async fn refused_says_so() {
+        let addr = refused_addr().await;
+        let error = connect(addr, WAIT).await.expect_err("refused");
+        assert!(matches!(error, ConnectError::Connect { .. }), "{error:?}");
+        let message = error.to_string();
+        assert!(
+            message.starts_with(&format!("connect {addr} failed: ")) && message.contains("refused"),
+            "{message}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_server_times_out() {
+        let (addr, _closed) = silent_server().await;
+        let started = tokio::time::Instant::now();
+        let error = connect(addr, Duration::from_secs(3))
+            .await
+            .expect_err("silent");
+        assert!(matches!(error, ConnectError::TimedOut { .. }), "{error:?}");
+        assert_eq!(
+            error.to_string(),
+            format!("connect {addr} timed out after 3s")
+        );
+        assert!(started.elapsed() >= Duration::from_secs(3));
+    }
+
+    #[tokio::test]
+    async fn a_server_that_is_not_http2_is_rejected() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            if let Ok((mut socket, _)) = listener.accept().await {
+                let _ = socket
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+                tokio::time::sleep(WAIT).await;
+            }
+        });
+        let error = connect(addr, WAIT).await.expect_err("HTTP/1.1");
+        assert!(
+            matches!(
+                error,
+                ConnectError::NotHttp2 {
+                    frame_type: b'P',
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().contains("not an HTTP/2 server"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_that_closes_before_settings_fails_the_attempt() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            // Accept and close at once.
+            let _ = listener.accept().await;
+        });
+        let error = connect(addr, WAIT).await.expect_err("closed");
+        assert!(matches!(error, ConnectError::Closed { .. }), "{error:?}");
+        log::info!("closed before SETTINGS: {error}");
+    }
+
+    #[tokio::test]
+    async fn closed_completes_when_the_server_goes_away() {
+        let backend = HttpBackend::start("h").await;
+        let (conn, mut task) = connect_ok(backend.addr()).await;
+        backend.stop().await;
+        let reason = tokio::time::timeout(WAIT, task.closed())
+            .await
+            .expect("close not seen");
+        assert!(
+            matches!(reason, Closed::Graceful | Closed::Error(_)),
+            "{reason:?}"
+        );
+        assert!(matches!(task.closed().await, Closed::AlreadyReported));
+        let request = http::Request::new(Body::empty());
+        assert!(conn.send(request).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn dropping_the_task_closes_the_socket() {
+        let (addr, mut closed) = settings_server().await;
+        let (conn, task) = connect_ok(addr).await;
+        drop(task);
+        tokio::time::timeout(WAIT, closed.recv())
+            .await
+            .expect("socket not closed")
+            .expect("server gone");
+        let request = http::Request::new(Body::empty());
+        let sent = tokio::time::timeout(WAIT, conn.send(request)).await;
+        assert!(matches!(sent, Ok(Err(_))), "{sent:?}");
+    }
+}

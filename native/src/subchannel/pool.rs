@@ -1,0 +1,165 @@
+//! The subchannels of one channel, shared by address.
+//!
+//! The pool keeps only weak references: a subchannel lives as long as some
+//! LB policy holds a handle, so policies that share an address share its
+//! connection, and one that nobody holds is closed and forgotten.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::{StateListener, Subchannel, SubchannelId, SubchannelOptions, WeakSubchannel};
+
+/// Creates and shares subchannels by address; clones share the pool.
+#[derive(Clone)]
+pub struct SubchannelPool(Arc<Inner>);
+
+struct Inner {
+    options: SubchannelOptions,
+    listener: StateListener,
+    /// Where tasks go when `get` is called outside a runtime.
+    runtime: Option<tokio::runtime::Handle>,
+    next_id: AtomicU64,
+    live: Mutex<HashMap<SocketAddr, WeakSubchannel>>,
+}
+
+impl SubchannelPool {
+    /// An empty pool whose subchannels connect with `options` and report
+    /// their state changes to `listener`.
+    pub fn new(options: SubchannelOptions, listener: StateListener) -> Self {
+        SubchannelPool(Arc::new(Inner {
+            options,
+            listener,
+            runtime: tokio::runtime::Handle::try_current().ok(),
+            next_id: AtomicU64::new(1),
+            live: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    fn live(&self) -> MutexGuard<'_, HashMap<SocketAddr, WeakSubchannel>> {
+        // The map stays consistent whatever panicked while holding it.
+        self.0.live.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The live subchannel for `address` (shared: same id while any handle
+    /// lives), else a new one in IDLE.
+    pub fn get(&self, address: SocketAddr) -> Subchannel {
+        let mut live = self.live();
+        if let Some(subchannel) = live.get(&address).and_then(WeakSubchannel::upgrade) {
+            return subchannel;
+        }
+        live.retain(|_, weak| !weak.is_dead());
+        let id = SubchannelId(self.0.next_id.fetch_add(1, Ordering::Relaxed));
+        let runtime = tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.0.runtime.clone());
+        let subchannel = Subchannel::new(
+            id,
+            address,
+            &self.0.options,
+            self.0.listener.clone(),
+            runtime.as_ref(),
+        );
+        log::debug!("subchannel {address}: created as {id}");
+        live.insert(address, subchannel.downgrade());
+        subchannel
+    }
+
+    /// Every live subchannel, sorted by address.
+    pub fn subchannels(&self) -> Vec<Subchannel> {
+        let mut all: Vec<Subchannel> = {
+            let mut live = self.live();
+            live.retain(|_, weak| !weak.is_dead());
+            live.values().filter_map(WeakSubchannel::upgrade).collect()
+        };
+        all.sort_by_key(Subchannel::address);
+        all
+    }
+}
+
+impl fmt::Debug for SubchannelPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubchannelPool")
+            .field("options", &self.0.options)
+            .field("subchannels", &self.subchannels())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subchannel::tests::{next, recorder, settings_server, WAIT};
+    use crate::subchannel::ConnectivityState;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn shares_by_address_and_forgets_dropped_subchannels() {
+        let (addr, mut closed) = settings_server().await;
+        let (listener, mut events) = recorder();
+        let pool = SubchannelPool::new(SubchannelOptions::default(), listener);
+        let a = pool.get(addr);
+        let b = pool.clone().get(addr);
+        assert_eq!(a.id(), b.id());
+        assert_eq!(a, b);
+        assert_eq!(pool.subchannels(), vec![a.clone()]);
+
+        b.request_connection();
+        for want in [ConnectivityState::Connecting, ConnectivityState::Ready] {
+            let (id, state, _) = next(&mut events).await;
+            assert_eq!((id, state), (a.id(), want));
+        }
+        assert_eq!(a.state(), ConnectivityState::Ready);
+        assert!(a.connection().is_some());
+
+        let old = a.id();
+        drop(a);
+        // One handle still holds it: still shared, still connected.
+        assert_eq!(pool.get(addr).id(), old);
+        assert_eq!(b.state(), ConnectivityState::Ready);
+        drop(b);
+        tokio::time::timeout(WAIT, closed.recv())
+            .await
+            .expect("connection not closed with the last handle")
+            .expect("server gone");
+        assert!(pool.subchannels().is_empty());
+
+        let again = pool.get(addr);
+        assert_ne!(again.id(), old);
+        assert_eq!(again.state(), ConnectivityState::Idle);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(events.try_recv().is_err(), "the old task is gone");
+    }
+
+    #[tokio::test]
+    async fn lists_live_subchannels_by_address() {
+        let (listener, _events) = recorder();
+        let pool = SubchannelPool::new(SubchannelOptions::default(), listener);
+        let addrs: Vec<SocketAddr> = ["127.0.0.1:9003", "127.0.0.1:9001", "127.0.0.1:9002"]
+            .iter()
+            .map(|a| a.parse().expect("addr"))
+            .collect();
+        let held: Vec<Subchannel> = addrs.iter().map(|a| pool.get(*a)).collect();
+        let listed: Vec<SocketAddr> = pool.subchannels().iter().map(Subchannel::address).collect();
+        let mut sorted = addrs.clone();
+        sorted.sort();
+        assert_eq!(listed, sorted);
+        let ids: std::collections::HashSet<SubchannelId> =
+            held.iter().map(Subchannel::id).collect();
+        assert_eq!(ids.len(), 3);
+        drop(held);
+        assert!(pool.subchannels().is_empty());
+        assert!(format!("{pool:?}").contains("SubchannelPool"));
+    }
+
+    #[test]
+    fn outside_a_runtime_get_does_not_panic() {
+        let (listener, _events) = recorder();
+        let pool = SubchannelPool::new(SubchannelOptions::default(), listener);
+        let sc = pool.get("127.0.0.1:9".parse().expect("addr"));
+        sc.request_connection();
+        assert_eq!(sc.state(), ConnectivityState::Idle);
+    }
+}

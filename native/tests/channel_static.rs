@@ -1,0 +1,175 @@
+//! `tether::Channel` over fixed endpoints (no control plane): the same LB
+//! tree as xDS, against real tonic backends on loopback.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tether::channel::{EndpointPolicy, StaticConfig, StaticEndpoint, WaitForReady};
+use tether::lb::ConnectivityState;
+use tether::Channel;
+use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
+
+fn config(endpoints: Vec<StaticEndpoint>) -> StaticConfig {
+    StaticConfig {
+        cluster: "static-test".into(),
+        endpoints,
+        policy: EndpointPolicy::RoundRobin,
+    }
+}
+
+async fn echo(channel: &Channel, message: &str) -> Result<String, tonic::Status> {
+    let mut client = EchoClient::new(channel.clone());
+    let reply = client
+        .echo(EchoRequest {
+            message: message.into(),
+        })
+        .await?;
+    Ok(reply.into_inner().backend)
+}
+
+/// Calls until `want` answered (bounded), so a test starts from a settled tree.
+async fn until_backend(channel: &Channel, want: &str) {
+    for _ in 0..400 {
+        if echo(channel, "x").await.is_ok_and(|b| b == want) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{want} never answered");
+}
+
+#[tokio::test]
+async fn round_robin_spreads_calls_over_every_backend() {
+    let backends = [
+        GrpcBackend::start("a").await,
+        GrpcBackend::start("b").await,
+        GrpcBackend::start("c").await,
+    ];
+    let channel = Channel::from_static(config(
+        backends
+            .iter()
+            .map(|b| StaticEndpoint::new(b.addr()))
+            .collect(),
+    ))
+    .unwrap();
+    // Round robin only uses READY subchannels: wait until all three are.
+    for b in &backends {
+        until_backend(&channel, b.name()).await;
+    }
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    for _ in 0..300 {
+        *counts
+            .entry(echo(&channel, "hi").await.unwrap())
+            .or_default() += 1;
+    }
+    for b in &backends {
+        assert_eq!(counts[b.name()], 100, "{counts:?}");
+    }
+    assert_eq!(channel.state(), ConnectivityState::Ready);
+}
+
+#[tokio::test]
+async fn priority_fails_over_and_back() {
+    let primary = GrpcBackend::start("primary").await;
+    let primary_addr = primary.addr();
+    let secondary = GrpcBackend::start("secondary").await;
+    let mut p1 = StaticEndpoint::new(secondary.addr());
+    p1.priority = 1;
+    let channel =
+        Channel::from_static(config(vec![StaticEndpoint::new(primary_addr), p1])).unwrap();
+    for _ in 0..20 {
+        assert_eq!(echo(&channel, "x").await.unwrap(), "primary");
+    }
+    // Priority 0 dies: its endpoint fails, priority 1 takes the calls at once.
+    primary.stop().await;
+    until_backend(&channel, "secondary").await;
+    for _ in 0..20 {
+        assert_eq!(echo(&channel, "x").await.unwrap(), "secondary");
+    }
+    // It comes back: once READY again it takes the traffic back.
+    let _primary = GrpcBackend::start_on("primary", primary_addr).await;
+    until_backend(&channel, "primary").await;
+    for _ in 0..20 {
+        assert_eq!(echo(&channel, "x").await.unwrap(), "primary");
+    }
+}
+
+fn refused_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    drop(l);
+    a
+}
+
+#[tokio::test]
+async fn fail_fast_fails_and_wait_for_ready_waits() {
+    let addr = refused_addr();
+    let channel = Channel::from_static(config(vec![StaticEndpoint::new(addr)])).unwrap();
+    channel
+        .wait_for_state(ConnectivityState::TransientFailure)
+        .await;
+    let err = echo(&channel, "x").await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(
+        err.message()
+            .contains("connections to all backends failing")
+            && err.message().contains(&addr.to_string()),
+        "{err:?}"
+    );
+
+    // A wait_for_ready call waits through TRANSIENT_FAILURE and succeeds
+    // once the backend is up.
+    let waiting = tokio::spawn({
+        let channel = channel.clone();
+        async move {
+            let mut client = EchoClient::new(channel);
+            let mut request = tonic::Request::new(EchoRequest {
+                message: "x".into(),
+            });
+            request.extensions_mut().insert(WaitForReady(true));
+            request.set_timeout(Duration::from_secs(20));
+            client.echo(request).await.map(|r| r.into_inner().backend)
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the wait_for_ready call did not wait"
+    );
+    let _backend = GrpcBackend::start_on("late", addr).await;
+    let answered = tokio::time::timeout(Duration::from_secs(15), waiting)
+        .await
+        .expect("the wait_for_ready call finished")
+        .unwrap();
+    assert_eq!(answered.unwrap(), "late");
+}
+
+#[tokio::test]
+async fn a_wait_for_ready_call_fails_at_its_deadline() {
+    let channel = Channel::from_static(config(vec![StaticEndpoint::new(refused_addr())])).unwrap();
+    let mut client = EchoClient::new(channel);
+    let mut request = tonic::Request::new(EchoRequest {
+        message: "x".into(),
+    });
+    request.extensions_mut().insert(WaitForReady(true));
+    request.set_timeout(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let err = client.echo(request).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(290));
+}
+
+#[tokio::test]
+async fn static_configs_are_checked() {
+    let e = Channel::from_static(config(vec![]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no endpoints"), "{e}");
+    let mut skip = StaticEndpoint::new(refused_addr());
+    skip.priority = 2;
+    let e = Channel::from_static(config(vec![skip]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("priorities [2] skip a level"), "{e}");
+}
