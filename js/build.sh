@@ -18,9 +18,13 @@ binaryen_version=132.0.0
 cd "$repo"
 . "$repo/scripts/retry.sh"
 
-# Only the features rustc's wasm32 target enables by default.
-wasm_opt_features="--enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int
-  --enable-sign-ext --enable-multivalue --enable-mutable-globals"
+# The module is built without reference types and multivalue (rustc enables
+# both by default for wasm32 since 1.82): wasm-bindgen then needs no externref
+# table, which older binaryen releases (Debian's 108) rewrite into a module
+# that fails to load; every engine runs the result, and it is smaller.
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=-reference-types,-multivalue"
+wasm_opt_features="--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
+  --enable-mutable-globals"
 
 bindgen_version="$(awk '$0 == "name = \"wasm-bindgen\"" { getline; gsub(/version = |"/, ""); print; exit }' Cargo.lock)"
 if [ -z "$bindgen_version" ]; then
@@ -87,8 +91,7 @@ if [ -n "$wasm_opt" ]; then
       continue
     fi
     cp "$file" "$file.orig"
-    # An older binaryen (Debian's is 108) may not read what this wasm-bindgen
-    # emits: then the module stays as wasm-bindgen wrote it.
+    # A wasm-opt that cannot read the module leaves it as wasm-bindgen wrote it.
     if ! "$wasm_opt" -Oz --converge --strip-debug --strip-producers $wasm_opt_features "$file" -o "$file.opt"; then
       echo "build.sh: $wasm_opt ($("$wasm_opt" --version)) failed on the module: it is built without wasm-opt" >&2
       rm -f "$file.opt" "$web.orig" "$node.orig"
@@ -96,6 +99,12 @@ if [ -n "$wasm_opt" ]; then
     fi
     mv "$file.opt" "$file"
   done
+  # What wasm-opt wrote must still load: else keep wasm-bindgen's module.
+  if [ -f "$web.orig" ] && ! node -e "require(process.argv[1])" "$here/pkg/node/tether_js.js" >/dev/null 2>&1; then
+    echo "build.sh: the module $wasm_opt ($("$wasm_opt" --version)) wrote does not load: it is built without wasm-opt" >&2
+    mv "$web.orig" "$web"
+    cp "$web" "$node"
+  fi
   rm -f "$web.orig" "$node.orig"
 fi
 
