@@ -173,3 +173,51 @@ async fn static_configs_are_checked() {
         .to_string();
     assert!(e.contains("priorities [2] skip a level"), "{e}");
 }
+
+/// The attempts the tree's only subchannel has made.
+async fn attempts(channel: &Channel) -> u64 {
+    let stats = channel.stats().await.unwrap();
+    fn walk(p: &tether::lb::PolicyStats) -> u64 {
+        p.endpoints.iter().map(|e| e.connect_attempts).sum::<u64>()
+            + p.children.iter().map(walk).sum::<u64>()
+    }
+    walk(&stats.tree)
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_connections_are_transient_failure_retried_after_grpc_backoff() {
+    use tether::subchannel::backoff::{Backoff, BackoffConfig};
+    use tether::subchannel::SubchannelOptions;
+    let options = SubchannelOptions {
+        backoff_seed: Some(11),
+        ..Default::default()
+    };
+    let channel = Channel::builder()
+        .subchannel_options(options)
+        .connect_static(config(vec![StaticEndpoint::new(refused_addr())]))
+        .unwrap();
+    channel
+        .wait_for_state(ConnectivityState::TransientFailure)
+        .await;
+    assert_eq!(attempts(&channel).await, 1);
+    // Each retry waits gRPC's backoff (1 s x 1.6, jitter 0.2) after the
+    // failure; the tree stays in TRANSIENT_FAILURE all along.
+    // A refused loopback connect fails without the paused clock moving, so
+    // attempt k+1 starts exactly one delay after attempt k.
+    let mut expected = Backoff::with_seed(BackoffConfig::default(), 11);
+    let mut failed_at = tokio::time::Instant::now();
+    for attempt in 1..=4u64 {
+        let delay = expected.next_delay();
+        let next = failed_at + delay;
+        tokio::time::sleep_until(next - Duration::from_millis(5)).await;
+        assert_eq!(attempts(&channel).await, attempt, "before delay {delay:?}");
+        tokio::time::sleep_until(next + Duration::from_millis(5)).await;
+        assert_eq!(
+            attempts(&channel).await,
+            attempt + 1,
+            "after delay {delay:?}"
+        );
+        failed_at = next;
+        assert_eq!(channel.state(), ConnectivityState::TransientFailure);
+    }
+}

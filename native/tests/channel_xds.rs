@@ -358,3 +358,50 @@ async fn draining_endpoints_get_no_new_calls() {
     let ch = channel(&f);
     assert_eq!(spread(&ch, 20).await.get("b"), Some(&20));
 }
+
+/// The names of the clusters in the channel's tree.
+async fn clusters_in_tree(ch: &tether::Channel) -> Vec<String> {
+    let stats = ch.stats().await.unwrap();
+    stats
+        .tree
+        .children
+        .iter()
+        .filter_map(|c| c.name.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cluster_the_routes_drop_stays_while_calls_use_it() {
+    let a = GrpcBackend::start("a").await;
+    let b = GrpcBackend::start("b").await;
+    let f = Fixture::start(Mode::Serve).await;
+    let endpoints = vec![
+        eds("ca", vec![Loc::of(&[a.addr()])], &[]),
+        eds("cb", vec![Loc::of(&[b.addr()])], &[]),
+    ];
+    serve(
+        &f,
+        vec![route("/", "ca")],
+        vec![cluster("ca"), cluster("cb")],
+        endpoints,
+    );
+    let ch = channel(&f);
+    until_backend(&ch, "a").await;
+    let slow = tokio::spawn({
+        let ch = ch.clone();
+        async move { echo_with(&ch, "sleep:1500", &[]).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The routes now name cb only.
+    f.set_resources(RDS, vec![route_config(vec![route("/", "cb")])]);
+    f.push(RDS);
+    until_backend(&ch, "b").await;
+    assert_eq!(clusters_in_tree(&ch).await, ["ca", "cb"]);
+    assert_eq!(slow.await.unwrap().unwrap(), "a");
+    // Its last call ended: ca leaves the tree.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while clusters_in_tree(&ch).await != ["cb"] {
+        assert!(tokio::time::Instant::now() < deadline, "ca stayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

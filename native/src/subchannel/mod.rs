@@ -89,6 +89,8 @@ pub struct SubchannelStats {
     pub calls_failed: u64,
     /// Calls started and not yet finished.
     pub calls_in_flight: u64,
+    /// Connection attempts made so far.
+    pub connect_attempts: u64,
     /// Why the last attempt failed or the last connection closed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
@@ -166,6 +168,7 @@ struct Shared {
     calls_succeeded: AtomicU64,
     calls_failed: AtomicU64,
     calls_in_flight: AtomicU64,
+    connect_attempts: AtomicU64,
     listener: StateListener,
 }
 
@@ -223,6 +226,7 @@ async fn run(shared: Arc<Shared>, options: SubchannelOptions) {
         // gRPC: an attempt may take as long as the delay before the next one.
         let delay = backoff.next_delay();
         let timeout = delay.max(options.min_connect_timeout);
+        shared.connect_attempts.fetch_add(1, Ordering::Relaxed);
         match connection::connect(shared.address, timeout).await {
             Ok((conn, mut task)) => {
                 backoff.reset();
@@ -263,6 +267,7 @@ impl Subchannel {
             calls_succeeded: AtomicU64::new(0),
             calls_failed: AtomicU64::new(0),
             calls_in_flight: AtomicU64::new(0),
+            connect_attempts: AtomicU64::new(0),
             listener,
         });
         let task = match runtime {
@@ -370,6 +375,7 @@ impl Subchannel {
             calls_succeeded: shared.calls_succeeded.load(Ordering::Relaxed),
             calls_failed: shared.calls_failed.load(Ordering::Relaxed),
             calls_in_flight: shared.calls_in_flight.load(Ordering::Relaxed),
+            connect_attempts: shared.connect_attempts.load(Ordering::Relaxed),
             last_error: self.last_error(),
         }
     }
@@ -570,6 +576,7 @@ pub(super) mod tests {
                 calls_succeeded: 1,
                 calls_failed: 1,
                 calls_in_flight: 0,
+                connect_attempts: 1,
                 last_error: None,
             }
         );
