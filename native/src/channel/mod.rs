@@ -11,9 +11,9 @@
 //! ```
 //!
 //! The data path (request → config selector → LB tree → subchannel):
-//! - [`resolver`] follows the listener's xDS graph into a [`ChannelConfig`]
+//! - `resolver` follows the listener's xDS graph into a [`ChannelConfig`]
 //!   (or a [`StaticConfig`] gives one without a control plane);
-//! - [`work_serializer`] is the channel's one LB task: it runs the tree of
+//! - `work_serializer` is the channel's one LB task: it runs the tree of
 //!   [`crate::lb`] policies and publishes immutable snapshots;
 //! - [`config_selector`] matches each call to a route and a cluster;
 //! - [`call`] picks a subchannel (queueing while none can be picked) and
