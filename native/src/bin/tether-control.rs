@@ -22,13 +22,19 @@ struct Args {
     /// How often to check the file for changes, in milliseconds.
     #[arg(long, default_value_t = 250)]
     poll_ms: u64,
-    /// Log streams, pushes and NACKs to stderr.
+    /// Log streams, pushes and reloads to stderr too (by default only NACKs,
+    /// rejected files and other warnings). RUST_LOG, when set, overrides.
     #[arg(long, short = 'v')]
     verbose: bool,
 }
 
 fn main() {
     let args = Args::parse();
+    tether::cli::init_logging(if args.verbose {
+        log::LevelFilter::Info
+    } else {
+        log::LevelFilter::Warn
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -51,11 +57,6 @@ async fn run(args: Args) -> i32 {
             return 1;
         }
     };
-    let plane = if args.verbose {
-        plane.with_logging()
-    } else {
-        plane
-    };
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -68,16 +69,16 @@ async fn run(args: Args) -> i32 {
     // for that line may signal at once.
     tokio::spawn(
         reloader.run(Duration::from_millis(args.poll_ms.max(10)), |r| match r {
-            Reload::Published(v) => eprintln!("tether-control: reloaded, serving version {v}"),
+            Reload::Published(v) => log::info!("reloaded, serving version {v}"),
             Reload::Rejected(e) => {
-                eprintln!("tether-control: rejected: {e}; still serving the last good version")
+                log::warn!("rejected: {e}; still serving the last good version")
             }
             Reload::Unchanged => {}
         }),
     );
     println!("listening on {addr}");
-    eprintln!(
-        "tether-control: serving {} version {} on {addr}",
+    log::info!(
+        "serving {} version {} on {addr}",
         args.config.display(),
         plane.snapshot().version
     );

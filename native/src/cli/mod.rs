@@ -2,6 +2,7 @@
 //! output can be piped into `jq` or compared by scripts; errors go to stderr
 //! and give a non-zero exit code.
 
+pub mod call;
 pub mod cookie;
 pub mod ring;
 pub mod xds;
@@ -28,6 +29,9 @@ enum Command {
     /// Inspect what the xDS client receives from a control plane.
     #[command(subcommand)]
     Xds(xds::XdsCommand),
+    /// Call any gRPC method through tether's channel (xds:///NAME or static:///ADDR,...), like
+    /// grpcurl without a .proto: one JSON line per call says which peer and cluster served it.
+    Call(call::CallArgs),
 }
 
 /// Runs the command line `args` (program name first); returns the exit code.
@@ -49,6 +53,7 @@ where
         Command::Ring(c) => ring::run(c),
         // Long-running and streaming: prints and picks its exit code itself.
         Command::Xds(c) => return xds::run(c),
+        Command::Call(a) => return call::run(a),
     };
     match result {
         Ok(lines) => {
@@ -62,6 +67,19 @@ where
             1
         }
     }
+}
+
+/// Sends tether's `log` lines (channel, subchannels, XdsClient, control
+/// plane) at `level` and above to stderr, with millisecond timestamps;
+/// `RUST_LOG`, when set, overrides the level. For tether's binaries: a
+/// second call (a logger already installed) changes nothing.
+pub fn init_logging(level: log::LevelFilter) {
+    let _ = env_logger::Builder::new()
+        .filter_level(level)
+        .parse_env(env_logger::Env::default())
+        .format_timestamp_millis()
+        .target(env_logger::Target::Stderr)
+        .try_init();
 }
 
 /// Seconds since the Unix epoch by the system clock.

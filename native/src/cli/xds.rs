@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ use tether_core::http::set_cookie::CookieSpec;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use crate::xds::bootstrap::ENV_FILE;
+use crate::xds::bootstrap::{BootstrapError, ENV_FILE};
 use crate::xds::client::{ClientOptions, ResourceState, ResourceStatus, XdsClient};
 use crate::xds::graph::{Graph, Resolution};
 use crate::xds::resource::cluster::{ClusterResource, Discovery, LbPolicy};
@@ -80,7 +80,7 @@ pub struct DumpArgs {
 }
 
 /// Parses `2`, `0.5` or `1.5s` as a duration.
-fn seconds(text: &str) -> Result<Duration, String> {
+pub(super) fn seconds(text: &str) -> Result<Duration, String> {
     let number = text.strip_suffix('s').unwrap_or(text);
     match number.parse::<f64>() {
         Ok(v) if v.is_finite() && (0.0..=1e9).contains(&v) => Ok(Duration::from_secs_f64(v)),
@@ -97,8 +97,9 @@ pub fn run(cmd: XdsCommand) -> i32 {
     }
 }
 
-fn dump(a: DumpArgs) -> i32 {
-    let bootstrap = match &a.bootstrap {
+/// The bootstrap from `--bootstrap FILE`, else from the environment.
+pub(super) fn read_bootstrap(path: Option<&Path>) -> Result<Bootstrap, BootstrapError> {
+    match path {
         Some(path) => Bootstrap::from_file(path).map_err(|mut e| {
             // The reader names the variable; here the file came from the flag.
             if e.field == ENV_FILE {
@@ -107,8 +108,11 @@ fn dump(a: DumpArgs) -> i32 {
             e
         }),
         None => Bootstrap::from_env(),
-    };
-    let bootstrap = match bootstrap {
+    }
+}
+
+fn dump(a: DumpArgs) -> i32 {
+    let bootstrap = match read_bootstrap(a.bootstrap.as_deref()) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("tether: {e}");
@@ -209,7 +213,7 @@ fn pretty(doc: &Value) -> String {
 }
 
 /// Writes one line to stdout; a closed pipe ends the command quietly.
-fn emit(text: &str) -> Result<(), i32> {
+pub(super) fn emit(text: &str) -> Result<(), i32> {
     let mut out = std::io::stdout().lock();
     match writeln!(out, "{text}").and_then(|()| out.flush()) {
         Ok(()) => Ok(()),

@@ -55,7 +55,6 @@ struct Records {
 pub struct ControlPlane {
     tx: Arc<watch::Sender<Arc<Snapshot>>>,
     records: Arc<Mutex<Records>>,
-    log: bool,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -76,14 +75,7 @@ impl ControlPlane {
         ControlPlane {
             tx: Arc::new(tx),
             records: Arc::new(Mutex::new(Records::default())),
-            log: false,
         }
-    }
-
-    /// Logs streams, pushes and NACKs to stderr.
-    pub fn with_logging(mut self) -> Self {
-        self.log = true;
-        self
     }
 
     /// Publishes new resources; returns the version now served (unchanged
@@ -208,9 +200,7 @@ impl AdsStream {
                         }
                     }
                     Ok(None) | Err(_) => {
-                        if self.plane.log {
-                            eprintln!("tether-control: stream of node {:?} ended", self.node_id);
-                        }
+                        log::info!("stream of node {:?} ended", self.node_id);
                         return;
                     }
                 },
@@ -238,13 +228,11 @@ impl AdsStream {
                 Flavor::Proxyless
             });
             self.node_id = node.id;
-            if self.plane.log {
-                eprintln!(
-                    "tether-control: stream from node {:?} ({:?})",
-                    self.node_id,
-                    self.flavor.unwrap_or(Flavor::Proxyless)
-                );
-            }
+            log::info!(
+                "stream from node {:?} ({:?})",
+                self.node_id,
+                self.flavor.unwrap_or(Flavor::Proxyless)
+            );
         }
         if let Some(err) = &req.error_detail {
             let nack = Nack {
@@ -253,12 +241,13 @@ impl AdsStream {
                 version: req.version_info.clone(),
                 message: err.message.clone(),
             };
-            if self.plane.log {
-                eprintln!(
-                    "tether-control: NACK from node {:?} for {}: {}",
-                    nack.node_id, nack.type_url, nack.message
-                );
-            }
+            log::warn!(
+                "NACK from node {:?} for {} version {:?}: {}",
+                nack.node_id,
+                nack.type_url,
+                nack.version,
+                nack.message
+            );
             if let Ok(mut r) = self.plane.records.lock() {
                 r.nacks.push(nack);
             }
@@ -319,15 +308,13 @@ impl AdsStream {
             nonce: self.nonce.to_string(),
             ..Default::default()
         };
-        if self.plane.log {
-            eprintln!(
-                "tether-control: push {} version {} ({} resources) to node {:?}",
-                kind,
-                resp.version_info,
-                resp.resources.len(),
-                self.node_id
-            );
-        }
+        log::info!(
+            "push {} version {} ({} resources) to node {:?}",
+            kind,
+            resp.version_info,
+            resp.resources.len(),
+            self.node_id
+        );
         self.tx.send(Ok(resp)).await.map_err(|_| ())
     }
 }

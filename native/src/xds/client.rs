@@ -413,8 +413,15 @@ impl Actor {
             match self.run_stream().await {
                 StreamEnd::Stop => return,
                 StreamEnd::Closed {
-                    got_response: true, ..
+                    got_response: true,
+                    status,
                 } => {
+                    log::info!(
+                        "xDS server {}: ADS stream ended ({}: {}); reconnecting",
+                        self.server_uri,
+                        code_name(effective_code(&status)),
+                        status_message(&status)
+                    );
                     // Not an error (A57): restart at once; backoff was reset.
                     continue;
                 }
@@ -424,6 +431,11 @@ impl Actor {
                 } => {
                     self.connectivity_error(&status);
                     let delay = self.backoff.next_delay();
+                    if let Some(e) = &self.channel_error {
+                        // Milliseconds: the jitter's nanoseconds are noise.
+                        let shown = Duration::from_millis(delay.as_millis() as u64);
+                        log::warn!("{e}; retrying in {}", tether_core::duration::display(shown));
+                    }
                     if self.idle(delay).await.is_none() {
                         return;
                     }
@@ -565,6 +577,7 @@ impl Actor {
             }
         }
         drop(shared);
+        log::debug!("xDS server {}: starting an ADS stream", self.server_uri);
         let mut client = AggregatedDiscoveryServiceClient::new(self.channel.clone());
         let call = client.stream_aggregated_resources(UnboundedReceiverStream::new(rx));
         tokio::pin!(call);
@@ -582,6 +595,7 @@ impl Actor {
             }
         };
         stream.connected = true;
+        log::info!("xDS server {}: ADS stream open", self.server_uri);
         self.deadlines.clear();
         self.arm_timers(None);
         let mut got_response = false;
@@ -659,6 +673,7 @@ impl Actor {
                     name: key.1.clone(),
                     node_id: self.node.id.clone(),
                 };
+                let text = err.to_string();
                 let changed = e.tx.send_if_modified(|s| {
                     if s.resource.is_some() {
                         return false;
@@ -668,6 +683,10 @@ impl Actor {
                     true
                 });
                 if changed {
+                    log::warn!(
+                        "xDS: {text}: not sent within {}",
+                        tether_core::duration::display(self.dne_timeout)
+                    );
                     let _ = shared.events.send(key.clone());
                 }
             }
@@ -677,6 +696,11 @@ impl Actor {
     fn on_response(&mut self, stream: &mut Stream, resp: DiscoveryResponse) {
         let Some(kind) = ResourceKind::from_type_url(&resp.type_url) else {
             // Not a type this client asked for: NACK it so the server knows.
+            log::warn!(
+                "xDS: NACK of version {:?}: unknown resource type {:?}",
+                resp.version_info,
+                resp.type_url
+            );
             let req = DiscoveryRequest {
                 type_url: resp.type_url.clone(),
                 response_nonce: resp.nonce.clone(),
@@ -724,6 +748,9 @@ impl Actor {
             }
         }
         let version = resp.version_info.clone();
+        for (_, e) in &invalid {
+            log::warn!("xDS: NACK of version {version:?}: {e}");
+        }
         {
             let reg = shared.lock();
             for ((k, name), e) in &reg.entries {
@@ -752,6 +779,7 @@ impl Actor {
                         notify
                     });
                     if changed {
+                        log::info!("xDS: ACK {kind} {name:?} version {version:?}");
                         let _ = shared.events.send(key);
                     }
                 } else if let Some((_, err)) = invalid
@@ -788,6 +816,9 @@ impl Actor {
                         true
                     });
                     if changed {
+                        log::warn!(
+                            "xDS: {kind} {name:?} does not exist: the server removed it in version {version:?}"
+                        );
                         let _ = shared.events.send(key);
                     }
                 }
