@@ -221,3 +221,55 @@ async fn refused_connections_are_transient_failure_retried_after_grpc_backoff() 
         assert_eq!(channel.state(), ConnectivityState::TransientFailure);
     }
 }
+
+/// A response body that never ends (nor sends anything).
+struct Stall;
+
+impl http_body::Body for Stall {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+#[tokio::test]
+async fn the_deadline_bounds_a_body_that_stalls_after_its_headers() {
+    // A server that answers with headers, then nothing.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|_req| async {
+                    let response = http::Response::builder()
+                        .header("content-type", "application/grpc")
+                        .body(Stall)
+                        .unwrap();
+                    Ok::<_, std::convert::Infallible>(response)
+                });
+                let _ =
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                        .await;
+            });
+        }
+    });
+    let channel = Channel::from_static(config(vec![StaticEndpoint::new(addr)])).unwrap();
+    let mut client = EchoClient::new(channel);
+    let mut request = tonic::Request::new(EchoRequest {
+        message: "x".into(),
+    });
+    request.set_timeout(Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(10), client.echo(request))
+        .await
+        .expect("the call ended")
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

@@ -539,3 +539,96 @@ services:
         task.abort();
     }
 }
+
+/// The backends `calls` Echo calls through `tether::Channel` reached.
+async fn channel_backends(channel: &tether::Channel, calls: usize) -> HashSet<String> {
+    let mut client = tether_proto::demo::v1::echo_client::EchoClient::new(channel.clone());
+    let mut seen = HashSet::new();
+    for _ in 0..calls {
+        let mut request = tonic::Request::new(EchoRequest {
+            message: "x".into(),
+        });
+        request.set_timeout(Duration::from_secs(10));
+        match client.echo(request).await {
+            Ok(r) => seen.insert(r.into_inner().backend),
+            Err(e) => seen.insert(format!("{:?}: {}", e.code(), e.message())),
+        };
+    }
+    seen
+}
+
+/// Calls through the channel until `want` is all it reaches (bounded).
+async fn channel_settles_on(channel: &tether::Channel, want: &HashSet<String>) -> HashSet<String> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = channel_backends(channel, 8).await;
+        if &seen == want || tokio::time::Instant::now() > deadline {
+            return seen;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Over the same tether-control file, tether's channel and gRPC C-core reach
+/// the same backends at every step of a failover through aggregate services
+/// on two levels (primary → fallback → spare, and back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tether_channel_fails_over_like_grpcio_through_aggregate_services() {
+    let (p1, t1) = start_backend("primary-1").await;
+    let (p2, t2) = start_backend("primary-2").await;
+    let (f1, t3) = start_backend("fallback").await;
+    let (s1, t4) = start_backend("spare").await;
+    let addrs = (p1, p2, f1, s1);
+    let control = Control::start(&aggregate_yaml("HEALTHY", "HEALTHY", addrs)).await;
+    let dir = TempDir::new("channel-vs-grpcio");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("channel-vs-grpcio"));
+    let py = python().await;
+    let target = "xds:///echo.tether.test";
+    let channel = tether::Channel::builder()
+        .bootstrap(tether::xds::Bootstrap::from_file(&bootstrap).unwrap())
+        .connect(target)
+        .unwrap();
+    let set =
+        |names: &[&str]| -> HashSet<String> { names.iter().map(|n| (*n).to_owned()).collect() };
+    let mut version = 1;
+    for (primary, fallback, want) in [
+        ("HEALTHY", "HEALTHY", set(&["primary-1", "primary-2"])),
+        ("UNHEALTHY", "HEALTHY", set(&["fallback"])),
+        ("UNHEALTHY", "UNHEALTHY", set(&["spare"])),
+        ("HEALTHY", "HEALTHY", set(&["primary-1", "primary-2"])),
+    ] {
+        if version > 1 || primary != "HEALTHY" {
+            control.write(&aggregate_yaml(primary, fallback, addrs));
+            version += 1;
+            assert!(
+                control
+                    .wait_log(
+                        &format!("serving version {version}"),
+                        Duration::from_secs(5)
+                    )
+                    .await,
+                "{}",
+                control.stderr()
+            );
+        }
+        let grpcio: HashSet<String> =
+            run_client_warmed(&py, &bootstrap, target, want.len(), 6, None)
+                .await
+                .into_iter()
+                .map(|c| c.backend)
+                .collect();
+        let tether = channel_settles_on(&channel, &want).await;
+        assert_eq!(
+            grpcio, want,
+            "grpcio with primary {primary}, fallback {fallback}"
+        );
+        assert_eq!(
+            tether, grpcio,
+            "tether with primary {primary}, fallback {fallback}"
+        );
+    }
+    assert!(control.nacks_none(), "{}", control.stderr());
+    for t in [t1, t2, t3, t4] {
+        t.abort();
+    }
+}

@@ -3,6 +3,7 @@
 //! request on the subchannel's HTTP/2 connection, and tell the pick's
 //! trackers when the call ends.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -118,6 +119,7 @@ async fn run(
             let body = TrackedBody {
                 inner: body,
                 guard: Some(guard),
+                deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
             };
             Ok(http::Response::from_parts(parts, Body::new(body)))
         }
@@ -244,21 +246,36 @@ impl Drop for CallGuard {
     }
 }
 
-/// The response body, watched for its trailers' `grpc-status`.
+/// The response body, watched for its trailers' `grpc-status` and bounded
+/// by the call's deadline (a server that stalls after its headers).
 struct TrackedBody {
     inner: hyper::body::Incoming,
     guard: Option<CallGuard>,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl HttpBody for TrackedBody {
     type Data = bytes::Bytes;
-    type Error = hyper::Error;
+    type Error = Status;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if self.guard.is_some()
+            && self
+                .deadline
+                .as_mut()
+                .is_some_and(|d| d.as_mut().poll(cx).is_ready())
+        {
+            if let Some(g) = self.guard.take() {
+                g.finish(false);
+            }
+            return Poll::Ready(Some(Err(Status::deadline_exceeded("deadline exceeded"))));
+        }
+        let polled = Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map_err(|e| Status::from_error(Box::new(e)));
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(trailers) = frame.trailers_ref() {

@@ -23,6 +23,7 @@ pub mod call;
 pub mod config;
 pub mod config_selector;
 mod resolver;
+pub mod target;
 mod work_serializer;
 
 use std::convert::Infallible;
@@ -43,6 +44,7 @@ use crate::xds::client::ClientOptions;
 use crate::xds::XdsClient;
 pub use call::PickedPeer;
 pub use config::{ChannelConfig, StaticConfig, StaticEndpoint};
+pub use target::Target;
 use work_serializer::{Control, Shared, WorkSerializer};
 
 /// Marks a call `wait_for_ready` (or not), overriding the channel's
@@ -56,7 +58,7 @@ pub struct WaitForReady(pub bool);
 /// Why a channel could not be made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChannelError {
-    /// The target is not `xds:///NAME` (or `static:///ADDR,...` where accepted).
+    /// The target is neither `xds:///NAME` nor `static:///ADDR,...`.
     Target {
         /// The target as given.
         target: String,
@@ -206,10 +208,14 @@ impl ChannelBuilder {
         self
     }
 
-    /// A channel for `xds:///NAME`: NAME is the listener and picks the
-    /// virtual host. Calls made before the resources arrive wait for them.
+    /// A channel for `xds:///NAME` (NAME is the listener and picks the
+    /// virtual host; calls made before the resources arrive wait for them),
+    /// or `static:///ADDR[,ADDR...]` (see [`Target`]).
     pub fn connect(self, target: &str) -> Result<Channel, ChannelError> {
-        let name = xds_name(target)?;
+        let name = match Target::parse(target)? {
+            Target::Xds { name } => name,
+            Target::Static(config) => return self.connect_static(config),
+        };
         let client = match self.xds_client.clone() {
             Some(c) => c,
             None => {
@@ -236,8 +242,7 @@ impl ChannelBuilder {
             .authority
             .clone()
             .unwrap_or_else(|| config.cluster.clone());
-        let target = format!("static:///{}", config.cluster);
-        let inner = self.start(&target, &authority)?;
+        let inner = self.start(&target::static_target(&config), &authority)?;
         let _ = inner.control.send(Control::Resolved(Ok(resolved)));
         Ok(Channel {
             inner: Arc::new(inner),
@@ -280,24 +285,6 @@ impl ChannelBuilder {
     }
 }
 
-/// The NAME of `xds:///NAME`.
-fn xds_name(target: &str) -> Result<String, ChannelError> {
-    let err = |problem: &str| ChannelError::Target {
-        target: target.to_owned(),
-        problem: problem.to_owned(),
-    };
-    let rest = target
-        .strip_prefix("xds:")
-        .ok_or_else(|| err("is not an xds: target (expected xds:///NAME)"))?;
-    let name = rest
-        .strip_prefix("///")
-        .ok_or_else(|| err("names an authority (xds://AUTHORITY/NAME, xDS federation) tether does not support; use xds:///NAME"))?;
-    if name.is_empty() {
-        return Err(err("has an empty name (expected xds:///NAME)"));
-    }
-    Ok(name.to_owned())
-}
-
 impl Channel {
     /// A builder with gRPC's defaults.
     pub fn builder() -> ChannelBuilder {
@@ -305,7 +292,9 @@ impl Channel {
     }
 
     /// A channel for `xds:///NAME` with the bootstrap from the environment
-    /// (`GRPC_XDS_BOOTSTRAP` or `GRPC_XDS_BOOTSTRAP_CONFIG`).
+    /// (`GRPC_XDS_BOOTSTRAP` or `GRPC_XDS_BOOTSTRAP_CONFIG`), or for
+    /// `static:///ADDR[,ADDR...]`. Async for the call sites' sake: the
+    /// channel starts at once and calls wait for the resources.
     pub async fn from_target(target: &str) -> Result<Channel, ChannelError> {
         Channel::builder().connect(target)
     }
@@ -356,19 +345,5 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for Channel {
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let inner = self.inner.clone();
         Box::pin(async move { Ok(call::call(inner, request).await) })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn xds_targets_name_their_listener() {
-        assert_eq!(xds_name("xds:///shop.example").unwrap(), "shop.example");
-        for bad in ["dns:///x", "xds://auth/x", "xds:///", "shop.example"] {
-            let e = xds_name(bad).unwrap_err().to_string();
-            assert!(e.contains(bad), "{e}");
-        }
     }
 }

@@ -28,7 +28,8 @@ pub(crate) async fn run(
         let walk = graph.walk();
         for e in &walk.errors {
             if !reported_errors.contains(e) {
-                log::warn!("{target}: xDS: {e}");
+                // The XdsClient has warned already; this ties it to the channel.
+                log::debug!("{target}: xDS: {e}");
             }
         }
         reported_errors = walk.errors.clone();

@@ -9,7 +9,6 @@
 use std::convert::Infallible;
 use std::ffi::OsString;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -25,16 +24,8 @@ use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 use tonic::Status;
 
 use super::xds::{emit, read_bootstrap, seconds};
-use crate::channel::{Channel, EndpointPolicy, PickedPeer, StaticConfig, StaticEndpoint};
+use crate::channel::{Channel, ChannelError, PickedPeer, Target};
 use crate::xds::error::code_name;
-
-/// The cluster name of a `static:///` target.
-pub const STATIC_CLUSTER: &str = "static";
-
-/// If the channel has not ended a call this long after its deadline, the
-/// command gives up on it itself (the channel bounds the wait for response
-/// headers, not a body that stalls after them).
-const DEADLINE_GRACE: Duration = Duration::from_secs(1);
 
 /// How long `--stats` waits for the channel's LB task to answer.
 const STATS_WAIT: Duration = Duration::from_secs(5);
@@ -94,54 +85,11 @@ pub struct CallArgs {
     verbose: u8,
 }
 
-/// Where calls go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Target {
-    /// `xds:///NAME`, as given.
-    Xds(String),
-    /// `static:///ADDR,...`.
-    Static(Vec<SocketAddr>),
-}
-
-const TARGET_FORMS: &str = "use xds:///NAME or static:///ADDR[,ADDR...]";
-
 fn parse_target(text: &str) -> Result<Target, String> {
-    let Some((scheme, rest)) = text.split_once(':') else {
-        return Err(format!("has no scheme ({TARGET_FORMS})"));
-    };
-    let Some(path) = rest.strip_prefix("///") else {
-        return Err(if rest.starts_with("//") {
-            format!(
-                "names an authority ({scheme}://AUTHORITY/...), which tether does not support \
-                 ({TARGET_FORMS})"
-            )
-        } else {
-            format!("does not start with {scheme}:/// ({TARGET_FORMS})")
-        });
-    };
-    match scheme {
-        "xds" if path.is_empty() => Err("has an empty name (expected xds:///NAME)".into()),
-        "xds" => Ok(Target::Xds(text.to_owned())),
-        "static" => {
-            let addrs = path
-                .split(',')
-                .enumerate()
-                .map(|(i, a)| {
-                    a.parse::<SocketAddr>().map_err(|_| {
-                        format!(
-                            "address {} {a:?} is not an IP:PORT address (no DNS: \
-                             e.g. 127.0.0.1:50051 or [::1]:50051)",
-                            i + 1
-                        )
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Target::Static(addrs))
-        }
-        _ => Err(format!(
-            "the scheme {scheme:?} is not supported ({TARGET_FORMS})"
-        )),
-    }
+    Target::parse(text).map_err(|e| match e {
+        ChannelError::Target { problem, .. } => problem,
+        other => other.to_string(),
+    })
 }
 
 fn parse_method(text: &str) -> Result<PathAndQuery, String> {
@@ -220,7 +168,7 @@ pub fn run(a: CallArgs) -> i32 {
     });
     let builder = Channel::builder().wait_for_ready(a.wait_for_ready);
     let builder = match &a.target {
-        Target::Xds(_) => match read_bootstrap(a.bootstrap.as_deref()) {
+        Target::Xds { .. } => match read_bootstrap(a.bootstrap.as_deref()) {
             Ok(b) => builder.bootstrap(b),
             Err(e) => {
                 eprintln!("tether: {e}");
@@ -250,12 +198,8 @@ pub fn run(a: CallArgs) -> i32 {
     runtime.block_on(async move {
         // The channel spawns its tasks: it must be made inside the runtime.
         let channel = match &a.target {
-            Target::Xds(target) => builder.connect(target),
-            Target::Static(addrs) => builder.connect_static(StaticConfig {
-                cluster: STATIC_CLUSTER.to_owned(),
-                endpoints: addrs.iter().copied().map(StaticEndpoint::new).collect(),
-                policy: EndpointPolicy::RoundRobin,
-            }),
+            Target::Xds { name } => builder.connect(&format!("xds:///{name}")),
+            Target::Static(config) => builder.connect_static(config.clone()),
         };
         match channel {
             Ok(channel) => calls(&a, channel).await,
@@ -294,17 +238,7 @@ async fn calls(a: &CallArgs, channel: Channel) -> i32 {
             match e {}
         }
         let call = grpc.unary(request, a.method.clone(), RawCodec);
-        let result = match a.timeout {
-            Some(t) => tokio::time::timeout(t + DEADLINE_GRACE, call)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(Status::deadline_exceeded(format!(
-                        "no answer {} after the deadline",
-                        tether_core::duration::display(DEADLINE_GRACE)
-                    )))
-                }),
-            None => call.await,
-        };
+        let result = call.await;
         let mut line = Map::new();
         line.insert("call".into(), json!(n));
         let (peer, metadata) = match &result {
@@ -443,36 +377,6 @@ impl Decoder for RawCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn targets_are_xds_or_static_lists() {
-        assert_eq!(
-            parse_target("xds:///shop.example"),
-            Ok(Target::Xds("xds:///shop.example".into()))
-        );
-        assert_eq!(
-            parse_target("static:///127.0.0.1:1,[::1]:2"),
-            Ok(Target::Static(vec![
-                "127.0.0.1:1".parse().unwrap(),
-                "[::1]:2".parse().unwrap()
-            ]))
-        );
-        for (bad, problem) in [
-            ("dns:///x", "scheme \"dns\""),
-            ("shop.example", "no scheme"),
-            ("xds://auth/x", "authority"),
-            ("xds:///", "empty name"),
-            ("static:///", "address 1 \"\""),
-            (
-                "static:///127.0.0.1:1,localhost:2",
-                "address 2 \"localhost:2\"",
-            ),
-            ("static:127.0.0.1:1", "static:///"),
-        ] {
-            let e = parse_target(bad).unwrap_err();
-            assert!(e.contains(problem), "{bad}: {e}");
-        }
-    }
 
     #[test]
     fn methods_get_their_leading_slash() {

@@ -120,12 +120,11 @@ impl ControlPlane {
         listener: tokio::net::TcpListener,
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) -> Result<(), tonic::transport::Error> {
+        // No Nagle delay between a push's responses (one per resource type).
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         tonic::transport::Server::builder()
-            .serve_with_incoming_shutdown(
-                self.service(),
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                shutdown,
-            )
+            .serve_with_incoming_shutdown(self.service(), incoming, shutdown)
             .await
     }
 }

@@ -134,7 +134,7 @@ impl Priority {
     /// A56's choice; returns whether the state or picker changed.
     fn choose(&mut self, ctx: &mut Ctx<'_>) -> bool {
         if self.names.is_empty() {
-            return self.set(None, ConnectivityState::TransientFailure, {
+            return self.set(ctx.target, None, ConnectivityState::TransientFailure, {
                 super::fail_picker("priority policy has empty priority list")
             });
         }
@@ -184,18 +184,19 @@ impl Priority {
         let name = self.names[chosen].clone();
         let child = &self.children[&name];
         let (state, picker) = (child.child.get().state(), child.child.get().picker());
-        self.set(Some(name), state, picker)
+        self.set(ctx.target, Some(name), state, picker)
     }
 
     fn set(
         &mut self,
+        target: &str,
         current: Option<String>,
         state: ConnectivityState,
         picker: SharedPicker,
     ) -> bool {
         if current != self.current {
             log::info!(
-                "priority: using {} ({state})",
+                "{target}: priority: using {} ({state})",
                 current.as_deref().unwrap_or("nothing")
             );
         }
@@ -240,7 +241,10 @@ impl LbPolicy for Priority {
             let failover = child.failover.as_ref().map(Timer::token);
             let deactivation = child.deactivation.as_ref().map(Timer::token);
             if token.is_some() && token == failover {
-                log::info!("priority {name}: failover timer fired before it connected");
+                log::info!(
+                    "{}: priority {name}: failover timer fired before it connected",
+                    ctx.target
+                );
                 child.failover = None;
                 child.failed_over = true;
                 changed = true;
@@ -252,7 +256,7 @@ impl LbPolicy for Priority {
             }
         }
         if let Some(name) = expired {
-            log::debug!("priority {name}: retention over, removed");
+            log::debug!("{}: priority {name}: retention over, removed", ctx.target);
             self.children.remove(&name);
         }
         changed && self.choose(ctx)
