@@ -405,3 +405,72 @@ async fn a_cluster_the_routes_drop_stays_while_calls_use_it() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+#[tokio::test]
+async fn max_stream_duration_is_the_call_deadline() {
+    let b = GrpcBackend::start("b").await;
+    let f = Fixture::start(Mode::Serve).await;
+    serve(
+        &f,
+        vec![with_max_stream_duration(
+            route("/", "c"),
+            Duration::from_millis(300),
+        )],
+        vec![cluster("c")],
+        vec![eds("c", vec![Loc::of(&[b.addr()])], &[])],
+    );
+    let ch = channel(&f);
+    assert_eq!(echo(&ch).await.unwrap(), "b");
+    let started = std::time::Instant::now();
+    let err = echo_with(&ch, "sleep:3000", &[]).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_millis(2500),
+        "{took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_route_that_does_not_forward_fails_calls() {
+    let f = Fixture::start(Mode::Serve).await;
+    serve(&f, vec![redirect("/")], vec![], vec![]);
+    let err = echo(&channel(&f)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert_eq!(err.message(), "Matching route has inappropriate action");
+}
+
+#[tokio::test]
+async fn no_control_plane_fails_calls_with_the_connectivity_error() {
+    let addr = Fixture::unused_addr().await;
+    let ch = tether::Channel::builder()
+        .bootstrap(xds_support::bootstrap(addr, NODE))
+        .connect(&format!("xds:///{TARGET}"))
+        .unwrap();
+    let err = echo(&ch).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
+    assert!(
+        err.message()
+            .starts_with(&format!("xDS channel for server {addr}: xDS call failed"))
+            && err.message().ends_with(&format!("(node ID:{NODE})")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn losing_the_control_plane_does_not_break_working_calls() {
+    let b = GrpcBackend::start("b").await;
+    let f = Fixture::start(Mode::Serve).await;
+    serve(
+        &f,
+        vec![route("/", "c")],
+        vec![cluster("c")],
+        vec![eds("c", vec![Loc::of(&[b.addr()])], &[])],
+    );
+    let ch = channel(&f);
+    assert_eq!(echo(&ch).await.unwrap(), "b");
+    // The server dies: an ambient error for cached resources.
+    f.kill();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(spread(&ch, 20).await.get("b"), Some(&20));
+}

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::Status;
 
-use super::work_serializer::Routing;
+use super::work_serializer::{Routing, Shared, Snapshot};
 use super::{Inner, WaitForReady};
 use crate::lb::{CallAttributes, CallTracker, PickArgs, PickResult, Subchannel};
 
@@ -38,20 +38,17 @@ async fn run(
         .extensions()
         .get::<WaitForReady>()
         .map_or(inner.wait_for_ready, |w| w.0);
-    let mut generation = inner.shared.generation.subscribe();
     let path = request.uri().path().to_owned();
 
     // Routes first: queue until the resolver has answered.
     let call_config = loop {
-        generation.borrow_and_update();
-        let snapshot = inner.shared.snapshot.load();
+        let snapshot = inner.shared.snapshot.load_full();
         match &snapshot.routing {
             Routing::Ready(selector) => break selector.select(&path, request.headers())?,
             Routing::Failed(status) if !wait_for_ready => return Err(status.clone()),
             _ => {}
         }
-        drop(snapshot);
-        wait(&mut generation, deadline).await?;
+        next_snapshot(&inner.shared, &snapshot, deadline).await?;
     };
     if let Some(t) = call_config.timeout {
         let route_deadline = Instant::now() + t;
@@ -69,14 +66,13 @@ async fn run(
 
     // Then a subchannel.
     let (subchannel, guard, connection) = loop {
-        generation.borrow_and_update();
-        let picker = inner.shared.snapshot.load().picker.clone();
+        let snapshot = inner.shared.snapshot.load_full();
         let args = PickArgs {
             path: &path,
             headers: request.headers(),
             attributes: &attributes,
         };
-        match picker.pick(&args) {
+        match snapshot.picker.pick(&args) {
             PickResult::Complete(pick) => {
                 let guard = CallGuard::new(pick.subchannel.clone(), pick.trackers);
                 // The connection may have closed since the picker was made:
@@ -91,7 +87,7 @@ async fn run(
             PickResult::Fail(_) => {}
             PickResult::Drop(status) => return Err(status),
         }
-        wait(&mut generation, deadline).await?;
+        next_snapshot(&inner.shared, &snapshot, deadline).await?;
     };
     log::trace!("{}: {path} -> {}", inner.target, subchannel.address());
 
@@ -133,11 +129,19 @@ async fn run(
     }
 }
 
-/// Waits for the next snapshot, or fails at the deadline.
-async fn wait(
-    generation: &mut tokio::sync::watch::Receiver<u64>,
+/// Waits for a snapshot newer than `seen`, or fails at the deadline. Only
+/// calls that must wait get here: the fast path reads the snapshot and
+/// picks without registering anywhere.
+async fn next_snapshot(
+    shared: &Shared,
+    seen: &Arc<Snapshot>,
     deadline: Option<Instant>,
 ) -> Result<(), Status> {
+    let mut generation = shared.generation.subscribe();
+    // Published between the pick and the subscription: not missed.
+    if !Arc::ptr_eq(&shared.snapshot.load(), seen) {
+        return Ok(());
+    }
     let changed = generation.changed();
     let result = match deadline {
         Some(d) => tokio::time::timeout_at(d, changed).await.map_err(|_| {

@@ -296,3 +296,29 @@ pub async fn spread(channel: &Channel, n: usize) -> HashMap<String, usize> {
     }
     counts
 }
+
+/// `route` with `max_stream_duration` set.
+pub fn with_max_stream_duration(mut route: rpb::Route, d: Duration) -> rpb::Route {
+    if let Some(rpb::route::Action::Route(a)) = route.action.as_mut() {
+        a.max_stream_duration = Some(rpb::route_action::MaxStreamDuration {
+            max_stream_duration: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: d.as_secs() as i64,
+                nanos: d.subsec_nanos() as i32,
+            }),
+            ..Default::default()
+        });
+    }
+    route
+}
+
+/// A route on path prefix `prefix` that redirects (a non-forwarding action).
+pub fn redirect(prefix: &str) -> rpb::Route {
+    rpb::Route {
+        r#match: Some(rpb::RouteMatch {
+            path_specifier: Some(rpb::route_match::PathSpecifier::Prefix(prefix.to_owned())),
+            ..Default::default()
+        }),
+        action: Some(rpb::route::Action::Redirect(rpb::RedirectAction::default())),
+        ..Default::default()
+    }
+}
