@@ -19,6 +19,13 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # Public items are documented (deny(missing_docs)) and doc links resolve.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
+step "the channel alone: a library user compiles no CLI or control-plane crates"
+cargo check --quiet -p tether --no-default-features --lib
+if cargo tree -p tether --no-default-features -e normal --prefix none | grep -E '^(clap|env_logger|serde_yaml_ng) '; then
+  echo "tether with default-features = false pulls a CLI or control-plane crate (above)" >&2
+  exit 1
+fi
+
 step "tether-core builds without std (no_std cdylib with its own panic handler), with and without regex"
 cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --release
 cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --release --features tether-core/regex

@@ -8,10 +8,16 @@
 //! them: [`xds`] is the xDS client (gRFC A57 failure behaviour, resource
 //! validation); [`cli`] wires subcommands to `tether-core`; [`control`] is
 //! `tether-control`.
+//!
+//! Features: `cli` (the `tether` command line) and `control` (tether-control's
+//! library), both on by default; the channel, the LB tree, the subchannels
+//! and the XdsClient need neither.
 #![deny(missing_docs)]
 
 pub mod channel;
+#[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "control")]
 pub mod control;
 pub mod lb;
 pub mod subchannel;

@@ -18,7 +18,7 @@ use tonic::Status;
 
 use super::work_serializer::{Routing, Shared, Snapshot};
 use super::{Inner, WaitForReady};
-use crate::lb::{CallAttributes, CallTracker, PickArgs, PickResult, Subchannel};
+use crate::lb::{CallAttributes, PickArgs, PickResult, Subchannel, Trackers};
 
 /// Runs one call; failures become a trailers-only gRPC response.
 pub(crate) async fn call(inner: Arc<Inner>, request: http::Request<Body>) -> http::Response<Body> {
@@ -205,14 +205,14 @@ pub(crate) fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
 /// ended, exactly once (a call dropped half-way counts as failed).
 struct CallGuard {
     subchannel: Subchannel,
-    trackers: Vec<Arc<dyn CallTracker>>,
+    trackers: Trackers,
     /// The call went out on the subchannel (its counters saw it).
     started: bool,
     done: bool,
 }
 
 impl CallGuard {
-    fn new(subchannel: Subchannel, trackers: Vec<Arc<dyn CallTracker>>) -> Self {
+    fn new(subchannel: Subchannel, trackers: Trackers) -> Self {
         CallGuard {
             subchannel,
             trackers,
@@ -238,9 +238,7 @@ impl CallGuard {
         if self.started {
             self.subchannel.call_finished(ok);
         }
-        for t in self.trackers.iter().rev() {
-            t.finished(ok);
-        }
+        self.trackers.finished(ok);
     }
 }
 

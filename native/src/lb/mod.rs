@@ -95,12 +95,52 @@ pub trait CallTracker: Send + Sync {
     fn finished(&self, ok: bool);
 }
 
+/// The trackers of one pick, innermost policy first. Two fit inline, so
+/// a pick through the xDS tree allocates nothing.
+#[derive(Default, Clone)]
+pub struct Trackers {
+    inline: [Option<Arc<dyn CallTracker>>; 2],
+    more: Vec<Arc<dyn CallTracker>>,
+}
+
+impl Trackers {
+    /// No trackers.
+    pub fn new() -> Self {
+        Trackers::default()
+    }
+
+    /// Adds the tracker of a policy above those already in.
+    pub fn push(&mut self, tracker: Arc<dyn CallTracker>) {
+        match self.inline.iter_mut().find(|t| t.is_none()) {
+            Some(slot) => *slot = Some(tracker),
+            None => self.more.push(tracker),
+        }
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.inline.iter().flatten().count() + self.more.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tells every tracker, innermost first, that the call ended.
+    pub fn finished(&self, ok: bool) {
+        for t in self.inline.iter().flatten().chain(&self.more) {
+            t.finished(ok);
+        }
+    }
+}
+
 /// A completed pick.
 pub struct Pick {
     /// Where the call goes.
     pub subchannel: Subchannel,
-    /// Told when the call ends, innermost policy first.
-    pub trackers: Vec<Arc<dyn CallTracker>>,
+    /// Told when the call ends.
+    pub trackers: Trackers,
 }
 
 impl fmt::Debug for Pick {

@@ -22,7 +22,16 @@ struct Inner {
     /// Where tasks go when `get` is called outside a runtime.
     runtime: Option<tokio::runtime::Handle>,
     next_id: AtomicU64,
-    live: Mutex<HashMap<SocketAddr, WeakSubchannel>>,
+    live: Mutex<Live>,
+}
+
+/// The weak handles by address, and when next to sweep out the dead ones.
+#[derive(Default)]
+struct Live {
+    map: HashMap<SocketAddr, WeakSubchannel>,
+    /// Sweep once the map reaches this size: each sweep is paid for by as
+    /// many insertions, so an update that adds n addresses stays O(n).
+    sweep_at: usize,
 }
 
 impl SubchannelPool {
@@ -34,11 +43,11 @@ impl SubchannelPool {
             listener,
             runtime: tokio::runtime::Handle::try_current().ok(),
             next_id: AtomicU64::new(1),
-            live: Mutex::new(HashMap::new()),
+            live: Mutex::new(Live::default()),
         }))
     }
 
-    fn live(&self) -> MutexGuard<'_, HashMap<SocketAddr, WeakSubchannel>> {
+    fn live(&self) -> MutexGuard<'_, Live> {
         // The map stays consistent whatever panicked while holding it.
         self.0.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -47,10 +56,13 @@ impl SubchannelPool {
     /// lives), else a new one in IDLE.
     pub fn get(&self, address: SocketAddr) -> Subchannel {
         let mut live = self.live();
-        if let Some(subchannel) = live.get(&address).and_then(WeakSubchannel::upgrade) {
+        if let Some(subchannel) = live.map.get(&address).and_then(WeakSubchannel::upgrade) {
             return subchannel;
         }
-        live.retain(|_, weak| !weak.is_dead());
+        if live.map.len() >= live.sweep_at {
+            live.map.retain(|_, weak| !weak.is_dead());
+            live.sweep_at = (live.map.len() * 2).max(64);
+        }
         let id = SubchannelId(self.0.next_id.fetch_add(1, Ordering::Relaxed));
         let runtime = tokio::runtime::Handle::try_current()
             .ok()
@@ -63,7 +75,7 @@ impl SubchannelPool {
             runtime.as_ref(),
         );
         log::debug!("subchannel {address}: created as {id}");
-        live.insert(address, subchannel.downgrade());
+        live.map.insert(address, subchannel.downgrade());
         subchannel
     }
 
@@ -71,8 +83,11 @@ impl SubchannelPool {
     pub fn subchannels(&self) -> Vec<Subchannel> {
         let mut all: Vec<Subchannel> = {
             let mut live = self.live();
-            live.retain(|_, weak| !weak.is_dead());
-            live.values().filter_map(WeakSubchannel::upgrade).collect()
+            live.map.retain(|_, weak| !weak.is_dead());
+            live.map
+                .values()
+                .filter_map(WeakSubchannel::upgrade)
+                .collect()
         };
         all.sort_by_key(Subchannel::address);
         all

@@ -15,10 +15,8 @@ struct InFlight(Arc<AtomicU64>);
 
 impl CallTracker for InFlight {
     fn finished(&self, _ok: bool) {
-        // Saturating: a count is never taken below zero.
-        let _ = self
-            .0
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        // Each pick that counted a call is finished exactly once.
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

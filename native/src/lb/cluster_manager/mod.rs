@@ -2,7 +2,7 @@
 //! the route table names (and per cluster that calls in flight still use).
 //! Its picker sends each call to the child of the cluster its route chose.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tonic::Status;
@@ -19,23 +19,34 @@ pub struct Config {
     pub clusters: BTreeMap<Arc<str>, LbConfig>,
 }
 
-/// Sends each call to its cluster's picker.
+/// Sends each call to its cluster's picker. A channel has a few clusters:
+/// a scan that compares the name's pointer first (the config selector hands
+/// out the very `Arc` this picker holds) beats hashing the name.
 pub struct ClusterPicker {
-    clusters: HashMap<Arc<str>, SharedPicker>,
+    clusters: Vec<(Arc<str>, SharedPicker)>,
 }
 
 impl std::fmt::Debug for ClusterPicker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterPicker")
-            .field("clusters", &self.clusters.keys().collect::<Vec<_>>())
+            .field(
+                "clusters",
+                &self.clusters.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
 
 impl Picker for ClusterPicker {
     fn pick(&self, args: &PickArgs<'_>) -> PickResult {
-        match self.clusters.get(&args.attributes.cluster) {
-            Some(p) => p.pick(args),
+        let wanted = &args.attributes.cluster;
+        let found = self
+            .clusters
+            .iter()
+            .find(|(name, _)| Arc::ptr_eq(name, wanted))
+            .or_else(|| self.clusters.iter().find(|(name, _)| name == wanted));
+        match found {
+            Some((_, p)) => p.pick(args),
             // C-core's answer; a Fail, so wait_for_ready calls wait.
             None => PickResult::Fail(Status::internal(format!(
                 "xds cluster manager picker: unknown cluster \"{}\"",

@@ -7,7 +7,7 @@ use tonic::Status;
 use super::AddressList;
 use crate::lb::{
     queue_picker, ConnectivityState, FailPicker, Pick, PickArgs, PickResult, Picker, SharedPicker,
-    Subchannel,
+    Subchannel, Trackers,
 };
 
 /// Every call goes to the one chosen subchannel.
@@ -18,7 +18,7 @@ impl Picker for PickFirstPicker {
     fn pick(&self, _: &PickArgs<'_>) -> PickResult {
         PickResult::Complete(Pick {
             subchannel: self.0.clone(),
-            trackers: Vec::new(),
+            trackers: Trackers::new(),
         })
     }
 }

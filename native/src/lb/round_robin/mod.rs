@@ -16,7 +16,7 @@ use tonic::Status;
 use super::pick_first::AddressList;
 use super::{
     queue_picker, ConnectivityState, Ctx, EndpointAddresses, Event, FailPicker, LbConfig, LbPolicy,
-    PolicyStats, SharedPicker, Subchannel,
+    PolicyStats, SharedPicker, Subchannel, SubchannelId,
 };
 pub use picker::RoundRobinPicker;
 
@@ -31,6 +31,12 @@ pub struct Config {
 #[derive(Debug, Default)]
 pub struct RoundRobin {
     endpoints: Vec<AddressList>,
+    /// Which endpoints hold each subchannel, so that a state change costs
+    /// what that subchannel's endpoints cost, not all of them.
+    by_subchannel: HashMap<SubchannelId, Vec<usize>>,
+    /// Endpoints READY and in TRANSIENT_FAILURE, kept as their states change.
+    ready: usize,
+    failing: usize,
     state: Option<ConnectivityState>,
     picker: Option<SharedPicker>,
 }
@@ -41,29 +47,39 @@ impl RoundRobin {
         RoundRobin::default()
     }
 
-    /// Recomputes state and picker; returns whether either changed.
-    fn refresh(&mut self, force: bool) -> bool {
-        let ready: Vec<Subchannel> = self
-            .endpoints
-            .iter()
-            .filter_map(|e| e.selected().cloned())
-            .collect();
-        let state = if !ready.is_empty() {
+    fn count(&mut self, state: ConnectivityState, add: bool) {
+        let counter = match state {
+            ConnectivityState::Ready => &mut self.ready,
+            ConnectivityState::TransientFailure => &mut self.failing,
+            _ => return,
+        };
+        if add {
+            *counter += 1;
+        } else {
+            *counter -= 1;
+        }
+    }
+
+    /// Recomputes state and picker; returns whether either changed. The
+    /// picker is rebuilt only when the state or the READY set changed.
+    fn refresh(&mut self, ready_changed: bool) -> bool {
+        let state = if self.ready > 0 {
             ConnectivityState::Ready
-        } else if self
-            .endpoints
-            .iter()
-            .any(|e| e.state() != ConnectivityState::TransientFailure)
-        {
+        } else if self.failing < self.endpoints.len() {
             ConnectivityState::Connecting
         } else {
             ConnectivityState::TransientFailure
         };
-        if !force && Some(state) == self.state && state != ConnectivityState::Ready {
+        if Some(state) == self.state && !(state == ConnectivityState::Ready && ready_changed) {
             return false;
         }
         let picker: SharedPicker = match state {
-            ConnectivityState::Ready => Arc::new(RoundRobinPicker::new(ready)),
+            ConnectivityState::Ready => Arc::new(RoundRobinPicker::new(
+                self.endpoints
+                    .iter()
+                    .filter_map(|e| e.selected().cloned())
+                    .collect(),
+            )),
             ConnectivityState::TransientFailure => {
                 let last = self
                     .endpoints
@@ -107,6 +123,16 @@ impl LbPolicy for RoundRobin {
                     .unwrap_or_else(|| AddressList::new(ctx, &e.addresses))
             })
             .collect();
+        self.by_subchannel.clear();
+        (self.ready, self.failing) = (0, 0);
+        for i in 0..self.endpoints.len() {
+            let state = self.endpoints[i].state();
+            self.count(state, true);
+            for sc in self.endpoints[i].subchannels() {
+                self.by_subchannel.entry(sc.id()).or_default().push(i);
+            }
+        }
+        self.state = None;
         self.refresh(true)
     }
 
@@ -114,11 +140,22 @@ impl LbPolicy for RoundRobin {
         let Event::Subchannel(id, state) = *event else {
             return false;
         };
-        let mut changed = false;
-        for e in &mut self.endpoints {
-            changed |= e.subchannel_state(id, state);
+        let Some(indices) = self.by_subchannel.get(&id).cloned() else {
+            return false;
+        };
+        let (mut changed, mut ready_changed) = (false, false);
+        for i in indices {
+            let before = self.endpoints[i].state();
+            let selected = self.endpoints[i].selected().map(Subchannel::id);
+            if self.endpoints[i].subchannel_state(id, state) {
+                let after = self.endpoints[i].state();
+                self.count(before, false);
+                self.count(after, true);
+                changed = true;
+                ready_changed |= self.endpoints[i].selected().map(Subchannel::id) != selected;
+            }
         }
-        changed && self.refresh(false)
+        changed && self.refresh(ready_changed)
     }
 
     fn state(&self) -> ConnectivityState {

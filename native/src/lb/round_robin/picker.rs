@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::lb::{random, Pick, PickArgs, PickResult, Picker, Subchannel};
+use crate::lb::{random, Pick, PickArgs, PickResult, Picker, Subchannel, Trackers};
 
 /// Picks the READY subchannels in turn; never empty.
 #[derive(Debug)]
@@ -28,7 +28,7 @@ impl Picker for RoundRobinPicker {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.subchannels.len();
         PickResult::Complete(Pick {
             subchannel: self.subchannels[i].clone(),
-            trackers: Vec::new(),
+            trackers: Trackers::new(),
         })
     }
 }
