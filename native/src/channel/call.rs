@@ -44,7 +44,9 @@ async fn run(
     let call_config = loop {
         let snapshot = inner.shared.snapshot.load_full();
         match &snapshot.routing {
-            Routing::Ready(selector) => break selector.select(&path, request.headers())?,
+            Routing::Ready(selector) => {
+                break selector.select(&path, request.headers(), &inner.channel_id)?
+            }
             Routing::Failed(status) if !wait_for_ready => return Err(status.clone()),
             _ => {}
         }
@@ -61,7 +63,7 @@ async fn run(
     }
     let attributes = CallAttributes {
         cluster: call_config.cluster.name.clone(),
-        hash: None,
+        hash: call_config.hash,
     };
 
     // Then a subchannel.

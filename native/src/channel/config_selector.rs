@@ -13,8 +13,13 @@ use tonic::Status;
 use super::ClusterRef;
 use crate::lb::random;
 use crate::xds::resource::route::{
-    Action, ClusterSpecifier, ClusterWeight, HeaderMatch, HeaderMatcher, PathMatcher, RouteMatcher,
-    VirtualHost,
+    Action, ClusterSpecifier, ClusterWeight, HashPolicy, HashSource, HeaderMatch, HeaderMatcher,
+    PathMatcher, RouteMatcher, VirtualHost,
+};
+use tether_core::hash::policy::HeaderLookup;
+use tether_core::hash::rewrite::Rewrite;
+use tether_core::hash::{
+    HashPolicies, HashPolicy as CoreHashPolicy, HashRequest, Peer, RequestHash,
 };
 
 /// What the selector decided for one call.
@@ -22,6 +27,9 @@ use crate::xds::resource::route::{
 pub struct CallConfig {
     /// The cluster, held so that it stays in the LB tree while the call runs.
     pub cluster: Arc<ClusterRef>,
+    /// The request hash of the route's hash policies (for ring hash); `None`
+    /// when no policy produced one.
+    pub hash: Option<u64>,
     /// The route's `max_stream_duration` (or the listener's): the call's
     /// deadline at the latest.
     pub timeout: Option<Duration>,
@@ -33,6 +41,8 @@ pub struct CallConfig {
 #[derive(Debug)]
 pub struct ConfigSelector {
     virtual_host: VirtualHost,
+    /// Each route's hash policies in tether-core's form (empty: none).
+    hash_policies: Vec<HashPolicies>,
     /// The listener's `max_stream_duration`, for routes without their own.
     default_timeout: Option<Duration>,
     clusters: HashMap<String, Arc<ClusterRef>>,
@@ -46,7 +56,16 @@ impl ConfigSelector {
         default_timeout: Option<Duration>,
         clusters: HashMap<String, Arc<ClusterRef>>,
     ) -> Self {
+        let hash_policies = virtual_host
+            .routes
+            .iter()
+            .map(|r| match &r.action {
+                Action::Route(a) => route_hash_policies(&a.hash_policies),
+                Action::NonForwarding => HashPolicies::default(),
+            })
+            .collect();
         ConfigSelector {
+            hash_policies,
             virtual_host,
             default_timeout,
             clusters,
@@ -58,10 +77,16 @@ impl ConfigSelector {
         &self.virtual_host
     }
 
-    /// The config of a call to `path` with `headers`, or the UNAVAILABLE
-    /// status C-core gives when no route matches or the route does not
-    /// forward.
-    pub fn select(&self, path: &str, headers: &HeaderMap) -> Result<CallConfig, Status> {
+    /// The config of a call to `path` with `headers` on the channel
+    /// `channel_id` (gRPC's `io.grpc.channel_id` filter state), or the
+    /// UNAVAILABLE status C-core gives when no route matches or the route
+    /// does not forward.
+    pub fn select(
+        &self,
+        path: &str,
+        headers: &HeaderMap,
+        channel_id: &str,
+    ) -> Result<CallConfig, Status> {
         let (index, route) = self
             .virtual_host
             .routes
@@ -83,12 +108,84 @@ impl ConfigSelector {
                 "route {index} names cluster {name:?}, which has no handle"
             ))
         })?;
+        let policies = &self.hash_policies[index];
+        let hash = if policies.policies().is_empty() {
+            None
+        } else {
+            let lookup = MetadataLookup(headers);
+            let filter_state = [(CHANNEL_ID_KEY, channel_id)];
+            let request = HashRequest {
+                path,
+                filter_state: &filter_state,
+                ..HashRequest::new(&lookup as &dyn HeaderLookup)
+            };
+            match policies.evaluate(&request).hash {
+                RequestHash::Hash(h) => Some(h),
+                RequestHash::NoHash => None,
+            }
+        };
         Ok(CallConfig {
             cluster,
+            hash,
             timeout: action.max_stream_duration.or(self.default_timeout),
             route: index,
         })
     }
+}
+
+/// The filter-state key gRPC's hash policies may name.
+const CHANNEL_ID_KEY: &str = "io.grpc.channel_id";
+
+/// A call's metadata as tether-core's hash policies read headers.
+struct MetadataLookup<'a>(&'a HeaderMap);
+
+impl HeaderLookup for MetadataLookup<'_> {
+    fn for_each_value(&self, name: &str, f: &mut dyn FnMut(&str)) {
+        for v in self.0.get_all(name) {
+            if let Ok(v) = v.to_str() {
+                f(v);
+            }
+        }
+    }
+}
+
+/// A route's hash policies in tether-core's form, with gRPC's rules (C-core
+/// ignores cookie, source IP and query parameter policies). The route was
+/// validated, so a policy core refuses is only logged and left out.
+fn route_hash_policies(list: &[HashPolicy]) -> HashPolicies {
+    let policies = list
+        .iter()
+        .filter_map(|p| {
+            let converted = match &p.source {
+                HashSource::Header {
+                    name,
+                    rewrite: None,
+                } => CoreHashPolicy::header(name),
+                HashSource::Header {
+                    name,
+                    rewrite: Some((pattern, substitution)),
+                } => match Rewrite::new(&pattern.source, substitution) {
+                    Ok(r) => CoreHashPolicy::header_rewritten(name, r),
+                    Err(e) => {
+                        log::warn!("hash policy on header {name:?} left out: {e}");
+                        return None;
+                    }
+                },
+                HashSource::Cookie { name, .. } => CoreHashPolicy::cookie(name),
+                HashSource::SourceIp => Ok(CoreHashPolicy::source_ip()),
+                HashSource::QueryParameter(name) => CoreHashPolicy::query_parameter(name),
+                HashSource::FilterState(key) => CoreHashPolicy::filter_state(key),
+            };
+            match converted {
+                Ok(c) => Some(c.terminal(p.terminal)),
+                Err(e) => {
+                    log::warn!("hash policy {:?} left out: {e}", p.source);
+                    None
+                }
+            }
+        })
+        .collect();
+    HashPolicies::new(policies, Peer::Grpc)
 }
 
 /// A cluster at random by weight (gRFC A28).
@@ -317,6 +414,81 @@ mod tests {
             &hm("x-user", HeaderMatch::Present(true), false),
             &h
         ));
+    }
+
+    fn selector_with(policies: Vec<HashPolicy>) -> ConfigSelector {
+        use crate::xds::resource::route::{Route, RouteAction};
+        let (tx, _) = tokio::sync::mpsc::unbounded_channel();
+        let cluster = Arc::new(ClusterRef {
+            name: "c".into(),
+            control: tx.downgrade(),
+        });
+        let route = Route {
+            name: String::new(),
+            matcher: matcher(PathMatcher::Prefix(String::new()), true, vec![]),
+            action: Action::Route(RouteAction {
+                clusters: ClusterSpecifier::Cluster("c".into()),
+                hash_policies: policies,
+                max_stream_duration: None,
+            }),
+            filter_overrides: Default::default(),
+        };
+        let vh = VirtualHost {
+            name: "vh".into(),
+            domains: vec!["*".into()],
+            routes: vec![route],
+            filter_overrides: Default::default(),
+        };
+        ConfigSelector::new(vh, None, HashMap::from([("c".to_owned(), cluster)]))
+    }
+
+    fn header_policy(name: &str, terminal: bool) -> HashPolicy {
+        HashPolicy {
+            source: HashSource::Header {
+                name: name.into(),
+                rewrite: None,
+            },
+            terminal,
+        }
+    }
+
+    #[test]
+    fn route_hash_policies_give_the_call_its_hash_with_grpc_rules() {
+        let hash = |sel: &ConfigSelector, h: &[(&str, &str)]| {
+            sel.select("/a.B/C", &headers(h), "ch-1").unwrap().hash
+        };
+        // INTEROP section 7's vectors.
+        let one = selector_with(vec![header_policy("x-a", false)]);
+        assert_eq!(hash(&one, &[("x-a", "foo")]), Some(0x33bf_00a8_59c4_ba3f));
+        assert_eq!(hash(&one, &[]), None);
+        let two = selector_with(vec![
+            header_policy("x-a", false),
+            header_policy("x-b", false),
+        ]);
+        assert_eq!(
+            hash(&two, &[("x-a", "foo"), ("x-b", "bar")]),
+            Some(0x2fdd_7dc0_1eae_d227)
+        );
+        let terminal = selector_with(vec![
+            header_policy("x-a", true),
+            header_policy("x-b", false),
+        ]);
+        assert_eq!(
+            hash(&terminal, &[("x-a", "foo"), ("x-b", "bar")]),
+            Some(0x33bf_00a8_59c4_ba3f)
+        );
+        // C-core ignores cookie policies.
+        let cookie = selector_with(vec![HashPolicy {
+            source: HashSource::Cookie {
+                name: "s".into(),
+                ttl: None,
+                path: "/".into(),
+            },
+            terminal: false,
+        }]);
+        assert_eq!(hash(&cookie, &[("cookie", "s=foo")]), None);
+        // A route without policies computes nothing.
+        assert_eq!(hash(&selector_with(vec![]), &[("x-a", "foo")]), None);
     }
 
     #[test]

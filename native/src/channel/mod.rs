@@ -123,6 +123,8 @@ pub struct ChannelStats {
 
 pub(crate) struct Inner {
     target: String,
+    /// gRPC's `io.grpc.channel_id` (hash policies may name it): unique per channel.
+    channel_id: String,
     authority: http::uri::Authority,
     wait_for_ready: bool,
     shared: Arc<Shared>,
@@ -276,6 +278,7 @@ impl ChannelBuilder {
         let task = tokio::spawn(serializer.run(lb_rx, control_rx));
         Ok(Inner {
             target: target.to_owned(),
+            channel_id: format!("{:016x}", crate::lb::random::next_u64()),
             authority,
             wait_for_ready: self.wait_for_ready,
             shared,
