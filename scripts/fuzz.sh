@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs tether-core's fuzz targets for a bounded time each and reports how many
+# Runs tether-core's fuzz targets and the xDS resource validation's for a
+# bounded time each and reports how many
 # inputs ran. Uses libFuzzer through the libfuzzer-sys crate with the same
 # coverage flags cargo-fuzz passes, on the stable toolchain (no sanitizer).
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 20)
@@ -14,7 +15,7 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 host=$(rustc -vV | sed -n 's/^host: //p')
 cargo build --manifest-path fuzz/Cargo.toml --release --bins --quiet --target "$host"
 total=0
-for t in decode cookie_header config; do
+for t in decode cookie_header config xds_resource; do
   corpus="target/fuzz/corpus/$t"
   mkdir -p "$corpus"
   # Seed with the shared vectors' values so the fuzzer starts from real cookies.
