@@ -291,11 +291,11 @@ impl CountingPool {
         let (tx, counter) = (events_tx.clone(), refused.clone());
         let pool = SubchannelPool::new(
             options,
-            Arc::new(move |id, state| {
+            Arc::new(move |id, address, state| {
                 if state == ConnectivityState::TransientFailure {
                     counter.fetch_add(1, Ordering::Relaxed);
                 }
-                let _ = tx.send(Event::Subchannel(id, state));
+                let _ = tx.send(Event::Subchannel(id, address, state));
             }),
         );
         CountingPool {
@@ -490,7 +490,7 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
                 .await
                 .map_err(|_| format!("only {} of 3 subchannels READY", ready.len()))?
                 .ok_or("event queue closed")?;
-            if let Event::Subchannel(id, ConnectivityState::Ready) = e {
+            if let Event::Subchannel(id, _, ConnectivityState::Ready) = e {
                 ready.insert(id);
             }
             let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "picker-bench");
@@ -525,7 +525,7 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
 fn pick_once(picker: &dyn Picker, f: &PickerFixture) -> Subchannel {
     let attributes = CallAttributes {
         cluster: f.cluster.clone(),
-        hash: None,
+        ..Default::default()
     };
     let args = PickArgs {
         path: ECHO_PATH,

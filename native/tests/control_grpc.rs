@@ -632,3 +632,100 @@ async fn tether_channel_fails_over_like_grpcio_through_aggregate_services() {
         t.abort();
     }
 }
+
+/// One call through `tether::Channel` with an optional cookie: the backend
+/// and the Set-Cookie values of the response.
+async fn channel_call(channel: &tether::Channel, cookie: Option<&str>) -> (String, Vec<String>) {
+    let mut client = tether_proto::demo::v1::echo_client::EchoClient::new(channel.clone());
+    let mut request = tonic::Request::new(EchoRequest {
+        message: "x".into(),
+    });
+    if let Some(c) = cookie {
+        request.metadata_mut().insert("cookie", c.parse().unwrap());
+    }
+    request.set_timeout(Duration::from_secs(10));
+    let response = client.echo(request).await.expect("the call succeeds");
+    let set = response
+        .metadata()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    (response.into_inner().backend, set)
+}
+
+/// Over one tether-control file, a session cookie minted by gRPC C-core is
+/// honoured by `tether::Channel` (same backend, no new cookie) and one
+/// minted by `tether::Channel` is honoured by C-core; both write the same
+/// bytes for the same endpoint and cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_cookies_cross_between_grpcio_and_tether_channel() {
+    let (a1, t1) = start_backend("echo-1").await;
+    let (a2, t2) = start_backend("echo-2").await;
+    let (a3, t3) = start_backend("echo-3").await;
+    let yaml = format!(
+        r#"virtualhosts:
+  - name: echo.tether.test
+    routes:
+      - services:
+          - name: echo
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
+services:
+  - name: echo
+    protocol: h2c
+    endpoints:
+      - address: {a1}
+      - address: {a2}
+      - address: {a3}
+"#
+    );
+    let control = Control::start(&yaml).await;
+    let dir = TempDir::new("grpc-sessions");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("sessions"));
+    let py = python().await;
+    let target = "xds:///echo.tether.test";
+    let channel = tether::Channel::builder()
+        .bootstrap(tether::xds::Bootstrap::from_file(&bootstrap).unwrap())
+        .connect(target)
+        .unwrap();
+
+    // C-core mints, tether honours: 20 of 20 on its backend, no Set-Cookie.
+    let calls = run_client_warmed(&py, &bootstrap, target, 3, 1, None).await;
+    let minted = cookie_of(&calls[0]);
+    for _ in 0..20 {
+        let (backend, set) = channel_call(&channel, Some(&minted)).await;
+        assert_eq!(backend, calls[0].backend, "tether honours C-core's cookie");
+        assert!(set.is_empty(), "{set:?}");
+    }
+
+    // tether mints, C-core honours.
+    let (ours_backend, set) = channel_call(&channel, None).await;
+    assert_eq!(set.len(), 1, "{set:?}");
+    assert!(
+        set[0].ends_with("; HttpOnly; Path=/; Max-Age=60"),
+        "{set:?}"
+    );
+    let ours = set[0].split(';').next().unwrap().to_owned();
+    let pinned = run_client(&py, &bootstrap, target, 20, Some(&ours)).await;
+    for c in &pinned {
+        assert_eq!(
+            c.backend, ours_backend,
+            "C-core honours tether's cookie: {pinned:?}"
+        );
+        assert!(c.set_cookie.is_empty(), "{c:?}");
+    }
+    // The same endpoint and cluster give the same bytes from both.
+    let same_backend = run_client_warmed(&py, &bootstrap, target, 3, 12, None)
+        .await
+        .into_iter()
+        .find(|c| c.backend == ours_backend)
+        .expect("C-core reached tether's backend within 12 calls");
+    assert_eq!(cookie_of(&same_backend), ours);
+    assert!(control.nacks_none(), "{}", control.stderr());
+    for t in [t1, t2, t3] {
+        t.abort();
+    }
+}

@@ -16,9 +16,11 @@ use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::Status;
 
+use super::config_selector::SessionCall;
 use super::work_serializer::{Routing, Shared, Snapshot};
 use super::{Inner, WaitForReady};
 use crate::lb::{CallAttributes, PickArgs, PickResult, Subchannel, Trackers};
+use tether_core::session::{Emit, Served};
 
 /// Runs one call; failures become a trailers-only gRPC response.
 pub(crate) async fn call(inner: Arc<Inner>, request: http::Request<Body>) -> http::Response<Body> {
@@ -64,10 +66,11 @@ async fn run(
     let attributes = CallAttributes {
         cluster: call_config.cluster.name.clone(),
         hash: call_config.hash,
+        override_addresses: call_config.session.as_ref().map(|s| s.override_addresses()),
     };
 
     // Then a subchannel.
-    let (subchannel, guard, connection) = loop {
+    let (subchannel, guard, connection, endpoint) = loop {
         let snapshot = inner.shared.snapshot.load_full();
         let args = PickArgs {
             path: &path,
@@ -80,7 +83,7 @@ async fn run(
                 // The connection may have closed since the picker was made:
                 // wait for the picker that knows.
                 if let Some(c) = pick.subchannel.connection() {
-                    break (pick.subchannel, guard.start(), c);
+                    break (pick.subchannel, guard.start(), c, pick.endpoint);
                 }
                 guard.finish(false);
             }
@@ -109,6 +112,15 @@ async fn run(
                 subchannel.address(),
                 call_config.cluster.name.clone(),
             ));
+            if let Some(session) = &call_config.session {
+                set_cookie(
+                    session,
+                    &mut parts.headers,
+                    &subchannel,
+                    endpoint.as_deref(),
+                    &attributes.cluster,
+                );
+            }
             if let Some(code) = parts.headers.get("grpc-status") {
                 // Trailers-only: the call is over.
                 guard.finish(code == "0");
@@ -127,6 +139,37 @@ async fn run(
                 "{}: request failed: {e}",
                 subchannel.address()
             )))
+        }
+    }
+}
+
+/// The stateful session filter on the response (A55/A61): a `Set-Cookie`
+/// in the initial metadata when the endpoint that answered, its address
+/// list or the cluster differs from what the cookie named. Only for a call
+/// that reached its endpoint.
+fn set_cookie(
+    s: &SessionCall,
+    headers: &mut http::HeaderMap,
+    subchannel: &Subchannel,
+    endpoint: Option<&[std::net::SocketAddr]>,
+    cluster: &str,
+) {
+    let others = endpoint.map_or(&[][..], |e| e.get(1..).unwrap_or(&[]));
+    let served = Served {
+        address: Some(subchannel.address()),
+        other_addresses: others,
+        cluster: Some(cluster),
+        connect_failed: false,
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if let Some(Emit::SetCookie(value)) = s.session.respond(&s.lookup, &served, now) {
+        match HeaderValue::from_str(&value) {
+            Ok(v) => {
+                headers.append(http::header::SET_COOKIE, v);
+            }
+            Err(e) => log::warn!("session cookie {value:?} is not a header value: {e}"),
         }
     }
 }

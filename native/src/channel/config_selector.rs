@@ -1,7 +1,10 @@
 //! The config selector (gRFCs A28, A31): for each call, the first route of
 //! the virtual host that matches its path and metadata, and from the route
-//! the cluster (a weighted random choice among weighted clusters) and the
-//! call's timeout.
+//! the cluster (a weighted random choice among weighted clusters), the
+//! call's timeout, its hash, and its stateful session (A55, A60): the
+//! session filter's config for the route (most specific wins: weighted
+//! cluster entry, route, virtual host, listener), the session the call's
+//! cookie names, and the cluster that cookie names when the route lists it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,15 +15,20 @@ use tonic::Status;
 
 use super::ClusterRef;
 use crate::lb::random;
+use crate::xds::resource::listener::{FilterConfig, HttpFilter, SessionOverride, SessionState};
 use crate::xds::resource::route::{
     Action, ClusterSpecifier, ClusterWeight, HashPolicy, HashSource, HeaderMatch, HeaderMatcher,
-    PathMatcher, RouteMatcher, VirtualHost,
+    PathMatcher, RouteAction, RouteMatcher, VirtualHost,
 };
+use std::net::SocketAddr;
+use tether_core::cookie::Format;
 use tether_core::hash::policy::HeaderLookup;
 use tether_core::hash::rewrite::Rewrite;
 use tether_core::hash::{
     HashPolicies, HashPolicy as CoreHashPolicy, HashRequest, Peer, RequestHash,
 };
+use tether_core::session::{Lookup, Session, SessionRequest};
+use tether_core::SessionConfig;
 
 /// What the selector decided for one call.
 #[derive(Debug, Clone)]
@@ -35,6 +43,36 @@ pub struct CallConfig {
     pub timeout: Option<Duration>,
     /// Index of the matched route in the virtual host.
     pub route: usize,
+    /// The stateful session filter's work for this call, when it applies.
+    pub session: Option<SessionCall>,
+}
+
+/// A call the stateful session filter applies to.
+#[derive(Debug, Clone)]
+pub struct SessionCall {
+    /// The session configuration in effect for the call's route and cluster.
+    pub session: Arc<Session>,
+    /// What the call's cookie says.
+    pub lookup: Lookup,
+}
+
+impl SessionCall {
+    /// The call attribute for `xds_override_host`: the cookie's addresses,
+    /// none (empty) without a session.
+    pub fn override_addresses(&self) -> Arc<[SocketAddr]> {
+        self.lookup
+            .addresses()
+            .map_or_else(|| Arc::from([]), |a| Arc::from(a.as_slice()))
+    }
+}
+
+/// The session configurations of one route, resolved once per update.
+#[derive(Debug, Default)]
+struct RouteSessions {
+    /// The route's own (route > virtual host > listener).
+    route: Option<Arc<Session>>,
+    /// Per weighted-cluster entry, where the entry overrides it.
+    entries: Vec<Option<Option<Arc<Session>>>>,
 }
 
 /// An immutable route table for calls, built from one resolver update.
@@ -43,6 +81,8 @@ pub struct ConfigSelector {
     virtual_host: VirtualHost,
     /// Each route's hash policies in tether-core's form (empty: none).
     hash_policies: Vec<HashPolicies>,
+    /// Each route's stateful session configurations.
+    sessions: Vec<RouteSessions>,
     /// The listener's `max_stream_duration`, for routes without their own.
     default_timeout: Option<Duration>,
     clusters: HashMap<String, Arc<ClusterRef>>,
@@ -55,7 +95,9 @@ impl ConfigSelector {
         virtual_host: VirtualHost,
         default_timeout: Option<Duration>,
         clusters: HashMap<String, Arc<ClusterRef>>,
+        http_filters: &[HttpFilter],
     ) -> Self {
+        let sessions = route_sessions(&virtual_host, http_filters);
         let hash_policies = virtual_host
             .routes
             .iter()
@@ -66,6 +108,7 @@ impl ConfigSelector {
             .collect();
         ConfigSelector {
             hash_policies,
+            sessions,
             virtual_host,
             default_timeout,
             clusters,
@@ -99,10 +142,39 @@ impl ConfigSelector {
                 "Matching route has inappropriate action",
             ));
         };
-        let name = match &action.clusters {
-            ClusterSpecifier::Cluster(name) => name,
-            ClusterSpecifier::Weighted(entries) => weighted_choice(entries),
+        let sessions = &self.sessions[index];
+        let lookup = sessions.route.as_ref().map(|s| {
+            let cookies: Vec<&str> = headers
+                .get_all("cookie")
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .collect();
+            let request = SessionRequest {
+                path,
+                cookies: &cookies,
+                header: None,
+            };
+            s.lookup(&request, epoch_seconds())
+        });
+        // A60: the cluster a session names, when the route lists it.
+        let named = lookup.as_ref().and_then(Lookup::cluster);
+        let (name, entry) = match &action.clusters {
+            ClusterSpecifier::Cluster(name) => (name, None),
+            ClusterSpecifier::Weighted(entries) => {
+                let i = named
+                    .and_then(|n| entries.iter().position(|e| e.name == n))
+                    .unwrap_or_else(|| weighted_choice(entries));
+                (&entries[i].name, Some(i))
+            }
         };
+        let session = match entry.and_then(|i| sessions.entries.get(i).cloned().flatten()) {
+            Some(overridden) => overridden,
+            None => sessions.route.clone(),
+        };
+        let session = session
+            .zip(lookup)
+            .filter(|(_, l)| *l != Lookup::Bypass)
+            .map(|(session, lookup)| SessionCall { session, lookup });
         let cluster = self.clusters.get(name).cloned().ok_or_else(|| {
             Status::internal(format!(
                 "route {index} names cluster {name:?}, which has no handle"
@@ -126,6 +198,7 @@ impl ConfigSelector {
         };
         Ok(CallConfig {
             cluster,
+            session,
             hash,
             timeout: action.max_stream_duration.or(self.default_timeout),
             route: index,
@@ -188,19 +261,79 @@ fn route_hash_policies(list: &[HashPolicy]) -> HashPolicies {
     HashPolicies::new(policies, Peer::Grpc)
 }
 
-/// A cluster at random by weight (gRFC A28).
-fn weighted_choice(entries: &[ClusterWeight]) -> &String {
+/// The index of a cluster at random by weight (gRFC A28).
+fn weighted_choice(entries: &[ClusterWeight]) -> usize {
     let total: u64 = entries.iter().map(|e| u64::from(e.weight)).sum();
     let mut r = random::below(total.max(1));
-    for e in entries {
+    for (i, e) in entries.iter().enumerate() {
         let w = u64::from(e.weight);
         if r < w {
-            return &e.name;
+            return i;
         }
         r -= w;
     }
     // Unreachable with weights summing above zero (validation ensures it).
-    &entries[entries.len() - 1].name
+    entries.len() - 1
+}
+
+/// Seconds since the Unix epoch (cookie expiry).
+fn epoch_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A session configuration as the channel runs it: C-core's cookie format
+/// (byte-identical, so grpcio clients read it); every format is read.
+fn session_for(state: &SessionState) -> Option<Arc<Session>> {
+    let spec = state.cookie.clone()?;
+    let mut config = SessionConfig::cookie(spec);
+    config.format = Format::Grpc;
+    match Session::new(config) {
+        Ok(s) => Some(Arc::new(s)),
+        Err(e) => {
+            log::warn!("stateful session config left out: {e}");
+            None
+        }
+    }
+}
+
+/// Each route's session configurations: the listener's first stateful
+/// session filter, overridden per virtual host, route and weighted-cluster
+/// entry (most specific wins; `disabled` turns it off).
+fn route_sessions(vh: &VirtualHost, filters: &[HttpFilter]) -> Vec<RouteSessions> {
+    let Some((name, base)) = filters.iter().find_map(|f| match &f.config {
+        FilterConfig::StatefulSession(s) => Some((f.name.as_str(), s)),
+        FilterConfig::Router => None,
+    }) else {
+        return vh.routes.iter().map(|_| RouteSessions::default()).collect();
+    };
+    let resolve = |o: &SessionOverride| match o {
+        SessionOverride::Disabled => None,
+        SessionOverride::Enabled(s) => session_for(s),
+    };
+    let base = session_for(base);
+    let vh_level = vh.filter_overrides.get(name).map_or(base, resolve);
+    vh.routes
+        .iter()
+        .map(|r| {
+            let route = r
+                .filter_overrides
+                .get(name)
+                .map_or_else(|| vh_level.clone(), resolve);
+            let entries = match &r.action {
+                Action::Route(RouteAction {
+                    clusters: ClusterSpecifier::Weighted(ws),
+                    ..
+                }) => ws
+                    .iter()
+                    .map(|w| w.filter_overrides.get(name).map(resolve))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            RouteSessions { route, entries }
+        })
+        .collect()
 }
 
 /// Whether a call matches a route's conditions.
@@ -439,7 +572,7 @@ mod tests {
             routes: vec![route],
             filter_overrides: Default::default(),
         };
-        ConfigSelector::new(vh, None, HashMap::from([("c".to_owned(), cluster)]))
+        ConfigSelector::new(vh, None, HashMap::from([("c".to_owned(), cluster)]), &[])
     }
 
     fn header_policy(name: &str, terminal: bool) -> HashPolicy {

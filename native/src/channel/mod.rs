@@ -263,8 +263,8 @@ impl ChannelBuilder {
         let listener_tx = lb_tx.clone();
         let pool = SubchannelPool::new(
             self.subchannel.clone(),
-            Arc::new(move |id, state| {
-                let _ = listener_tx.send(Event::Subchannel(id, state));
+            Arc::new(move |id, address, state| {
+                let _ = listener_tx.send(Event::Subchannel(id, address, state));
             }),
         );
         let shared = Arc::new(Shared::new());

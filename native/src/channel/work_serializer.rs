@@ -203,6 +203,7 @@ impl WorkSerializer {
             config.virtual_host,
             config.max_stream_duration,
             handles,
+            &config.http_filters,
         )));
         self.publish();
     }

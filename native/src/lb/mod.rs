@@ -5,6 +5,7 @@
 //! xds_cluster_manager ─ a child per cluster of the route table
 //!   └ cds ─ a leaf cluster, or an aggregate flattened into a priority of leaves
 //!       └ xds_cluster_impl ─ drops, circuit breaking, the cluster's name
+//!         └ xds_override_host ─ sessions stay on their endpoint (A55, A75)
 //!           └ priority ─ failover between the cluster's priorities (A56)
 //!               └ xds_wrr_locality ─ the priority's localities
 //!                   └ weighted_target ─ a child per locality, by weight
@@ -22,6 +23,7 @@ mod aggregate;
 pub mod cds;
 pub mod cluster_impl;
 pub mod cluster_manager;
+pub mod override_host;
 pub mod pick_first;
 pub mod priority;
 pub(crate) mod random;
@@ -74,6 +76,10 @@ pub struct CallAttributes {
     pub cluster: Arc<str>,
     /// The request hash of the route's hash policies, for ring hash.
     pub hash: Option<u64>,
+    /// Set when the stateful session filter is on for the call: the
+    /// session's addresses in the cookie's order (gRFC A55/A61), empty when
+    /// the call has no session yet.
+    pub override_addresses: Option<Arc<[SocketAddr]>>,
 }
 
 /// What a picker sees of a call.
@@ -141,6 +147,20 @@ pub struct Pick {
     pub subchannel: Subchannel,
     /// Told when the call ends.
     pub trackers: Trackers,
+    /// The picked endpoint's addresses, the picked one first (gRFC A61), as
+    /// `xds_override_host` knows them: what a session cookie names.
+    pub endpoint: Option<Arc<[SocketAddr]>>,
+}
+
+impl Pick {
+    /// A pick of `subchannel` with nothing else known yet.
+    pub fn of(subchannel: Subchannel) -> Self {
+        Pick {
+            subchannel,
+            trackers: Trackers::new(),
+            endpoint: None,
+        }
+    }
 }
 
 impl fmt::Debug for Pick {
@@ -233,10 +253,16 @@ impl Drop for Timer {
 /// Events the LB task handles, one at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Event {
-    /// A subchannel of the channel's pool changed state.
-    Subchannel(SubchannelId, ConnectivityState),
+    /// A subchannel of the channel's pool (id, address) changed state.
+    Subchannel(SubchannelId, SocketAddr, ConnectivityState),
     /// A timer fired.
     Timer(TimerToken),
+    /// A session's pick found its endpoint without a subchannel: the
+    /// `xds_override_host` policy that knows the address creates one.
+    SessionConnect(SocketAddr),
+    /// A session used this endpoint for the first time since its policy
+    /// last let go of its subchannel: the policy keeps (owns) it.
+    SessionUsed(SocketAddr),
 }
 
 /// What a policy can do from the LB task: create subchannels, start timers,
@@ -269,6 +295,17 @@ impl<'a> Ctx<'a> {
     /// other clusters) or a new one in IDLE.
     pub fn subchannel(&self, address: SocketAddr) -> Subchannel {
         self.pool.get(address)
+    }
+
+    /// The pool's live subchannel for `address`, if any (none is created).
+    pub fn existing_subchannel(&self, address: SocketAddr) -> Option<Subchannel> {
+        self.pool.peek(address)
+    }
+
+    /// A sender of events to the LB task, for pickers that must ask it to
+    /// act ("hop into the control plane").
+    pub fn events(&self) -> mpsc::UnboundedSender<Event> {
+        self.events.clone()
     }
 
     /// Starts a timer that fires [`Event::Timer`] after `delay`.
@@ -342,6 +379,8 @@ pub enum LbConfig {
     Cds(cds::Config),
     /// `xds_cluster_impl`.
     ClusterImpl(cluster_impl::Config),
+    /// `xds_override_host`.
+    OverrideHost(override_host::Config),
     /// `priority`.
     Priority(priority::Config),
     /// `xds_wrr_locality`.
@@ -361,6 +400,7 @@ impl LbConfig {
             LbConfig::ClusterManager(_) => "xds_cluster_manager",
             LbConfig::Cds(_) => "cds",
             LbConfig::ClusterImpl(_) => "xds_cluster_impl",
+            LbConfig::OverrideHost(_) => "xds_override_host",
             LbConfig::Priority(_) => "priority",
             LbConfig::WrrLocality(_) => "xds_wrr_locality",
             LbConfig::WeightedTarget(_) => "weighted_target",
@@ -375,6 +415,7 @@ impl LbConfig {
             LbConfig::ClusterManager(_) => Box::new(cluster_manager::ClusterManager::new()),
             LbConfig::Cds(_) => Box::new(cds::Cds::new()),
             LbConfig::ClusterImpl(_) => Box::new(cluster_impl::ClusterImpl::new()),
+            LbConfig::OverrideHost(_) => Box::new(override_host::OverrideHost::new()),
             LbConfig::Priority(_) => Box::new(priority::Priority::new()),
             LbConfig::WrrLocality(_) => Box::new(wrr_locality::WrrLocality::new()),
             LbConfig::WeightedTarget(_) => Box::new(weighted_target::WeightedTarget::new()),
@@ -398,6 +439,16 @@ impl Child {
         let name = config.policy_name();
         policy.update(ctx, config);
         Child { policy, name }
+    }
+
+    /// Updates the child in `slot` with `config`, building it the first time.
+    pub fn update_in(slot: &mut Option<Child>, ctx: &mut Ctx<'_>, config: LbConfig) {
+        match slot {
+            Some(c) => {
+                c.update(ctx, config);
+            }
+            None => *slot = Some(Child::new(ctx, config)),
+        }
     }
 
     /// Updates the child, replacing it when the policy changed. Returns

@@ -72,7 +72,7 @@ impl Default for SubchannelOptions {
 /// subchannel's task (must not block). A subchannel's initial IDLE is not
 /// reported; a call may still arrive for a subchannel whose last handle was
 /// just dropped.
-pub type StateListener = Arc<dyn Fn(SubchannelId, ConnectivityState) + Send + Sync>;
+pub type StateListener = Arc<dyn Fn(SubchannelId, SocketAddr, ConnectivityState) + Send + Sync>;
 
 /// Counters and state of one subchannel, for status pages.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
@@ -118,6 +118,15 @@ impl Drop for Handle {
 
 /// A weak reference to a subchannel, as the pool keeps them.
 pub(crate) struct WeakSubchannel(Weak<Handle>);
+
+impl fmt::Debug for WeakSubchannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.upgrade() {
+            Some(s) => write!(f, "WeakSubchannel({s:?})"),
+            None => f.write_str("WeakSubchannel(gone)"),
+        }
+    }
+}
 
 impl WeakSubchannel {
     /// The subchannel, if any handle to it still lives.
@@ -192,7 +201,7 @@ impl Shared {
                 .unwrap_or_else(PoisonError::into_inner) = error;
         }
         self.state_tx.send_replace(new);
-        (self.listener)(self.id, new);
+        (self.listener)(self.id, self.address, new);
     }
 
     /// Waits in IDLE until a connection is requested, then moves to CONNECTING.
@@ -432,7 +441,7 @@ pub(super) mod tests {
     /// A listener that records every call.
     pub(crate) fn recorder() -> (StateListener, mpsc::UnboundedReceiver<Event>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        let listener: StateListener = Arc::new(move |id, state| {
+        let listener: StateListener = Arc::new(move |id, _, state| {
             let _ = tx.send((id, state, Instant::now()));
         });
         (listener, rx)

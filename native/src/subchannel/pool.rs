@@ -79,6 +79,14 @@ impl SubchannelPool {
         subchannel
     }
 
+    /// The live subchannel for `address`, if any (never creates one).
+    pub fn peek(&self, address: SocketAddr) -> Option<Subchannel> {
+        self.live()
+            .map
+            .get(&address)
+            .and_then(WeakSubchannel::upgrade)
+    }
+
     /// Every live subchannel, sorted by address.
     pub fn subchannels(&self) -> Vec<Subchannel> {
         let mut all: Vec<Subchannel> = {

@@ -322,3 +322,65 @@ pub fn redirect(prefix: &str) -> rpb::Route {
         ..Default::default()
     }
 }
+
+/// An API listener reading routes `route` over RDS, with gRPC's stateful
+/// session filter (cookie `name`, path `/`, `ttl_secs`) before the router.
+pub fn session_listener(name: &str, route: &str, cookie: &str, ttl_secs: i64) -> Any {
+    use envoy_types::pb::envoy::extensions::filters::http::stateful_session::v3::StatefulSession;
+    use envoy_types::pb::envoy::extensions::http::stateful_session::cookie::v3::CookieBasedSessionState;
+    use envoy_types::pb::envoy::r#type::http::v3::Cookie;
+    let session = StatefulSession {
+        session_state: Some(core::TypedExtensionConfig {
+            name: "envoy.http.stateful_session.cookie".into(),
+            typed_config: Some(pack(&CookieBasedSessionState {
+                cookie: Some(Cookie {
+                    name: cookie.to_owned(),
+                    path: "/".into(),
+                    ttl: Some(envoy_types::pb::google::protobuf::Duration {
+                        seconds: ttl_secs,
+                        nanos: 0,
+                    }),
+                    ..Default::default()
+                }),
+            })),
+        }),
+        ..Default::default()
+    };
+    make::listener_with(name, route, vec![("session", pack(&session))])
+}
+
+/// A round-robin EDS cluster whose sessions may stay on `statuses`.
+pub fn cluster_override_status(name: &str, statuses: &[core::HealthStatus]) -> Any {
+    let mut c = make::cluster(name);
+    c.common_lb_config = Some(cpb::cluster::CommonLbConfig {
+        override_host_status: Some(core::HealthStatusSet {
+            statuses: statuses.iter().map(|s| *s as i32).collect(),
+        }),
+        ..Default::default()
+    });
+    pack(&c)
+}
+
+/// One Echo call with an optional `cookie`: the backend and the response's
+/// Set-Cookie values.
+pub async fn echo_cookie(
+    channel: &Channel,
+    cookie: Option<&str>,
+) -> Result<(String, Vec<String>), tonic::Status> {
+    let mut client = EchoClient::new(channel.clone());
+    let mut request = tonic::Request::new(EchoRequest {
+        message: "x".into(),
+    });
+    if let Some(c) = cookie {
+        request.metadata_mut().insert("cookie", c.parse().unwrap());
+    }
+    request.set_timeout(Duration::from_secs(20));
+    let response = client.echo(request).await?;
+    let set_cookie = response
+        .metadata()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    Ok((response.into_inner().backend, set_cookie))
+}

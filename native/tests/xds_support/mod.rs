@@ -419,6 +419,27 @@ pub mod make {
 
     /// An API listener reading routes `route` over RDS.
     pub fn listener(name: &str, route: &str) -> Any {
+        listener_with(name, route, Vec::new())
+    }
+
+    /// An API listener reading routes `route` over RDS, with the HTTP
+    /// filters `(name, config)` before the router.
+    pub fn listener_with(name: &str, route: &str, filters: Vec<(&str, Any)>) -> Any {
+        let mut http_filters: Vec<hcm::HttpFilter> = filters
+            .into_iter()
+            .map(|(n, config)| hcm::HttpFilter {
+                name: n.to_owned(),
+                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(config)),
+                ..Default::default()
+            })
+            .collect();
+        http_filters.push(hcm::HttpFilter {
+            name: "router".into(),
+            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
+                &Router::default(),
+            ))),
+            ..Default::default()
+        });
         let m = hcm::HttpConnectionManager {
             route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(
                 hcm::Rds {
@@ -426,13 +447,7 @@ pub mod make {
                     route_config_name: route.to_owned(),
                 },
             )),
-            http_filters: vec![hcm::HttpFilter {
-                name: "router".into(),
-                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
-                    &Router::default(),
-                ))),
-                ..Default::default()
-            }],
+            http_filters,
             ..Default::default()
         };
         pack(&lpb::Listener {

@@ -1,7 +1,8 @@
 //! `cds`: one cluster of the route table, as the resolver resolved it.
 //!
-//! A leaf cluster becomes `xds_cluster_impl` → `priority` (a child per EDS
-//! priority) → `xds_wrr_locality` → the cluster's endpoint policy. An
+//! A leaf cluster becomes `xds_cluster_impl` → `xds_override_host` →
+//! `priority` (a child per EDS priority) → `xds_wrr_locality` → the
+//! cluster's endpoint policy. An
 //! aggregate cluster (gRFC A75) becomes a `priority` whose children are the
 //! `cds` trees of its leaf clusters, in order, so failover between them is
 //! the priority policy's. A cluster that could not be resolved reports
@@ -13,6 +14,7 @@
 use std::sync::Arc;
 
 use super::cluster_impl;
+use super::override_host;
 use super::priority;
 use super::wrr_locality::{self, EndpointPolicy, Locality};
 use super::{
@@ -119,12 +121,27 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
             )
         })
         .collect();
+    // Every endpoint, DRAINING included, for sessions (A55).
+    let all = leaf
+        .endpoints
+        .endpoints()
+        .map(|(_, _, e)| EndpointAddresses {
+            addresses: e.addresses.clone(),
+            weight: e.weight.max(1),
+            health: e.health,
+        })
+        .collect();
     Ok(LbConfig::ClusterImpl(cluster_impl::Config {
         cluster: leaf.name.clone(),
         eds_service_name: leaf.cluster.eds_name().map(str::to_owned),
         max_requests: leaf.cluster.max_requests,
         drops: leaf.endpoints.drop_overloads.clone(),
-        child: Box::new(LbConfig::Priority(priority::Config { children })),
+        child: Box::new(LbConfig::OverrideHost(override_host::Config {
+            override_host_status: leaf.cluster.override_host_status,
+            idle_timeout: leaf.cluster.idle_timeout,
+            endpoints: all,
+            child: Box::new(LbConfig::Priority(priority::Config { children })),
+        })),
     }))
 }
 
@@ -183,12 +200,7 @@ impl LbPolicy for Cds {
             }
             Ok(child) => {
                 self.error = None;
-                match &mut self.child {
-                    Some(c) => {
-                        c.update(ctx, child);
-                    }
-                    None => self.child = Some(Child::new(ctx, child)),
-                }
+                Child::update_in(&mut self.child, ctx, child);
                 true
             }
         }

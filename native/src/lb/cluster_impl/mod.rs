@@ -87,20 +87,10 @@ impl ClusterImpl {
 
 impl LbPolicy for ClusterImpl {
     fn update(&mut self, ctx: &mut Ctx<'_>, config: LbConfig) -> bool {
-        let LbConfig::ClusterImpl(mut config) = config else {
+        let LbConfig::ClusterImpl(config) = config else {
             return false;
         };
-        let child_config = std::mem::replace(
-            &mut config.child,
-            Box::new(LbConfig::RoundRobin(Default::default())),
-        );
-        match &mut self.child {
-            Some(c) => {
-                c.update(ctx, *child_config.clone());
-            }
-            None => self.child = Some(Child::new(ctx, *child_config.clone())),
-        }
-        config.child = child_config;
+        Child::update_in(&mut self.child, ctx, (*config.child).clone());
         self.config = Some(config);
         self.refresh()
     }

@@ -226,7 +226,7 @@ impl LbPolicy for PickFirst {
     }
 
     fn event(&mut self, _: &mut Ctx<'_>, event: &Event) -> bool {
-        let Event::Subchannel(id, state) = *event else {
+        let Event::Subchannel(id, _, state) = *event else {
             return false;
         };
         let changed = self

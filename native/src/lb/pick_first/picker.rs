@@ -7,7 +7,7 @@ use tonic::Status;
 use super::AddressList;
 use crate::lb::{
     queue_picker, ConnectivityState, FailPicker, Pick, PickArgs, PickResult, Picker, SharedPicker,
-    Subchannel, Trackers,
+    Subchannel,
 };
 
 /// Every call goes to the one chosen subchannel.
@@ -16,10 +16,7 @@ pub struct PickFirstPicker(pub Subchannel);
 
 impl Picker for PickFirstPicker {
     fn pick(&self, _: &PickArgs<'_>) -> PickResult {
-        PickResult::Complete(Pick {
-            subchannel: self.0.clone(),
-            trackers: Trackers::new(),
-        })
+        PickResult::Complete(Pick::of(self.0.clone()))
     }
 }
 

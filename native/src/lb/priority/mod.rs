@@ -233,7 +233,7 @@ impl LbPolicy for Priority {
     fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
         let token = match *event {
             Event::Timer(token) => Some(token),
-            Event::Subchannel(..) => None,
+            _ => None,
         };
         let mut changed = false;
         let mut expired = None;

@@ -137,7 +137,7 @@ impl LbPolicy for RoundRobin {
     }
 
     fn event(&mut self, _: &mut Ctx<'_>, event: &Event) -> bool {
-        let Event::Subchannel(id, state) = *event else {
+        let Event::Subchannel(id, _, state) = *event else {
             return false;
         };
         let Some(indices) = self.by_subchannel.get(&id).cloned() else {

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::lb::{random, Pick, PickArgs, PickResult, Picker, Subchannel, Trackers};
+use crate::lb::{random, Pick, PickArgs, PickResult, Picker, Subchannel};
 
 /// Picks the READY subchannels in turn; never empty.
 #[derive(Debug)]
@@ -26,9 +26,6 @@ impl RoundRobinPicker {
 impl Picker for RoundRobinPicker {
     fn pick(&self, _: &PickArgs<'_>) -> PickResult {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.subchannels.len();
-        PickResult::Complete(Pick {
-            subchannel: self.subchannels[i].clone(),
-            trackers: Trackers::new(),
-        })
+        PickResult::Complete(Pick::of(self.subchannels[i].clone()))
     }
 }

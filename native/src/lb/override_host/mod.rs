@@ -1,0 +1,337 @@
+//! `xds_override_host` (gRFCs A55, A60, A61, A75): keeps a session on the
+//! endpoint its cookie names, across priorities, while that endpoint's
+//! health is in the cluster's `override_host_status`.
+//!
+//! It sits above `priority`, so it sees every endpoint of the cluster, in
+//! every priority, DRAINING ones included (those never reach the child).
+//! Its address map holds, per address: the endpoint's health, its address
+//! list with that address first, the address's subchannel (weakly: the
+//! pool shares one per address, so the child's is the policy's too) and
+//! when a session last used it. The map is rebuilt on an update only;
+//! pickers share it, so a new picker costs nothing per endpoint. The picker
+//! follows A75's pseudo-code ([`picker`]); a pick that needs a subchannel
+//! "hops into the control plane" with an [`Event`].
+//!
+//! The policy keeps (owns) the subchannel of an endpoint a session used
+//! within `idle_timeout`, so it survives the child letting go of it (a
+//! priority switched off, a DRAINING endpoint). A sweep lets go of those
+//! unused for `idle_timeout`: the first `idle_timeout` after the first
+//! update, then when the oldest kept one would expire, at least 5 s apart,
+//! none while the map is empty.
+
+pub mod picker;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+use tokio::time::Instant;
+
+use super::{
+    Child, ConnectivityState, Ctx, EndpointAddresses, Event, HealthStatus, LbConfig, LbPolicy,
+    PolicyStats, SharedPicker, Subchannel, Timer,
+};
+use crate::subchannel::WeakSubchannel;
+use crate::xds::resource::endpoint::HealthSet;
+pub use picker::OverrideHostPicker;
+
+/// Sweeps are at least this far apart (A75).
+pub const MIN_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// `xds_override_host`'s config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Health statuses a session may stay on (CDS
+    /// `common_lb_config.override_host_status`).
+    pub override_host_status: HealthSet,
+    /// How long a session's endpoint keeps its subchannel unused (A75).
+    pub idle_timeout: Duration,
+    /// Every endpoint of the cluster, in every priority, DRAINING included.
+    pub endpoints: Vec<EndpointAddresses>,
+    /// The policy underneath (priority).
+    pub child: Box<LbConfig>,
+}
+
+/// One address of the map, shared by the policy and its pickers.
+#[derive(Debug)]
+pub struct MapEntry {
+    /// The endpoint's EDS health.
+    health: HealthStatus,
+    /// The endpoint's addresses, this one first.
+    addresses: Arc<[SocketAddr]>,
+    /// The pool's subchannel for the address, if one lives.
+    subchannel: ArcSwapOption<WeakSubchannel>,
+    /// When a session last used it: milliseconds since the policy's
+    /// epoch, 0 for never.
+    last_used_ms: AtomicU64,
+    /// The policy owns the subchannel (it was told with
+    /// [`Event::SessionUsed`]).
+    owned: AtomicBool,
+}
+
+impl MapEntry {
+    fn subchannel(&self) -> Option<Subchannel> {
+        self.subchannel.load().as_ref().and_then(|w| w.upgrade())
+    }
+
+    fn set_subchannel(&self, sc: Option<&Subchannel>) {
+        self.subchannel.store(sc.map(|s| Arc::new(s.downgrade())));
+    }
+}
+
+/// The address map pickers read.
+pub type AddressMap = HashMap<SocketAddr, Arc<MapEntry>>;
+
+/// The `xds_override_host` policy.
+pub struct OverrideHost {
+    config: Option<Config>,
+    map: Arc<AddressMap>,
+    /// Subchannels kept for sessions.
+    owned: HashMap<SocketAddr, Subchannel>,
+    child: Option<Child>,
+    epoch: Instant,
+    sweep: Option<Timer>,
+    picker: Option<SharedPicker>,
+}
+
+impl Default for OverrideHost {
+    fn default() -> Self {
+        OverrideHost::new()
+    }
+}
+
+impl OverrideHost {
+    /// A policy with no endpoints yet.
+    pub fn new() -> Self {
+        OverrideHost {
+            config: None,
+            map: Arc::new(HashMap::new()),
+            owned: HashMap::new(),
+            child: None,
+            epoch: Instant::now(),
+            sweep: None,
+            picker: None,
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        now_ms(self.epoch)
+    }
+
+    fn idle_timeout(&self) -> Duration {
+        self.config
+            .as_ref()
+            .map_or(crate::xds::resource::cluster::DEFAULT_IDLE_TIMEOUT, |c| {
+                c.idle_timeout
+            })
+    }
+
+    /// The address map for `endpoints`, keeping the use of addresses that
+    /// stay; owned subchannels of addresses that left are let go.
+    fn rebuild_map(&mut self, ctx: &Ctx<'_>, endpoints: &[EndpointAddresses]) {
+        let mut map = HashMap::with_capacity(endpoints.len());
+        for e in endpoints {
+            for (i, addr) in e.addresses.iter().enumerate() {
+                // This address first, then the endpoint's others in order.
+                let mut list = Vec::with_capacity(e.addresses.len());
+                list.push(*addr);
+                list.extend(
+                    e.addresses
+                        .iter()
+                        .enumerate()
+                        .filter(|(j, _)| *j != i)
+                        .map(|(_, a)| *a),
+                );
+                let old = self.map.get(addr);
+                let entry = MapEntry {
+                    health: e.health,
+                    addresses: list.into(),
+                    subchannel: ArcSwapOption::empty(),
+                    last_used_ms: AtomicU64::new(
+                        old.map_or(0, |o| o.last_used_ms.load(Ordering::Relaxed)),
+                    ),
+                    owned: AtomicBool::new(self.owned.contains_key(addr)),
+                };
+                entry.set_subchannel(
+                    self.owned
+                        .get(addr)
+                        .cloned()
+                        .or_else(|| ctx.existing_subchannel(*addr))
+                        .as_ref(),
+                );
+                map.insert(*addr, Arc::new(entry));
+            }
+        }
+        self.owned.retain(|addr, _| map.contains_key(addr));
+        self.map = Arc::new(map);
+    }
+
+    fn refresh(&mut self, ctx: &Ctx<'_>) -> bool {
+        let (Some(config), Some(child)) = (&self.config, &self.child) else {
+            return false;
+        };
+        self.picker = Some(Arc::new(OverrideHostPicker::new(
+            config.override_host_status,
+            self.map.clone(),
+            child.get().picker(),
+            ctx.events(),
+            self.epoch,
+        )));
+        true
+    }
+
+    /// Starts the sweep timer if there is something to sweep and none runs.
+    fn arm_sweep(&mut self, ctx: &mut Ctx<'_>, delay: Duration) {
+        if self.sweep.is_none() && !self.map.is_empty() {
+            self.sweep = Some(ctx.timer(delay.max(MIN_SWEEP_INTERVAL)));
+        }
+    }
+
+    /// Lets go of subchannels no session used within `idle_timeout`, and
+    /// plans the next sweep for when the oldest kept one would expire.
+    fn run_sweep(&mut self, ctx: &mut Ctx<'_>) {
+        self.sweep = None;
+        let now = self.now_ms();
+        let idle_ms = self.idle_timeout().as_millis() as u64;
+        let mut oldest: Option<u64> = None;
+        let map = self.map.clone();
+        self.owned.retain(|addr, _| {
+            let Some(e) = map.get(addr) else {
+                return false;
+            };
+            let last = e.last_used_ms.load(Ordering::Relaxed);
+            if now.saturating_sub(last) >= idle_ms {
+                log::debug!(
+                    "{}: session endpoint {addr} idle, subchannel released",
+                    ctx.target
+                );
+                e.owned.store(false, Ordering::Relaxed);
+                false
+            } else {
+                oldest = Some(oldest.map_or(last, |o| o.min(last)));
+                true
+            }
+        });
+        let next = match oldest {
+            Some(last) => Duration::from_millis((last + idle_ms).saturating_sub(now)),
+            None => self.idle_timeout(),
+        };
+        self.arm_sweep(ctx, next);
+    }
+
+    /// Keeps the subchannel of `addr` for sessions.
+    fn own(&mut self, ctx: &mut Ctx<'_>, addr: SocketAddr, create: bool) -> bool {
+        let Some(e) = self.map.get(&addr).cloned() else {
+            return false;
+        };
+        let sc = match self.owned.get(&addr).cloned().or_else(|| e.subchannel()) {
+            Some(sc) => sc,
+            None if create => ctx.subchannel(addr),
+            None => return false,
+        };
+        if create {
+            sc.request_connection();
+        }
+        e.set_subchannel(Some(&sc));
+        e.owned.store(true, Ordering::Relaxed);
+        self.owned.insert(addr, sc);
+        self.arm_sweep(ctx, self.idle_timeout());
+        true
+    }
+}
+
+/// Milliseconds since `epoch`, never 0 (which means "never used").
+fn now_ms(epoch: Instant) -> u64 {
+    (epoch.elapsed().as_millis() as u64).max(1)
+}
+
+impl LbPolicy for OverrideHost {
+    fn update(&mut self, ctx: &mut Ctx<'_>, config: LbConfig) -> bool {
+        let LbConfig::OverrideHost(config) = config else {
+            return false;
+        };
+        // Before the child lets go of anything, keep what sessions use.
+        let idle_ms = config.idle_timeout.as_millis() as u64;
+        let now = self.now_ms();
+        let used: Vec<SocketAddr> = self
+            .map
+            .iter()
+            .filter(|(_, e)| {
+                let last = e.last_used_ms.load(Ordering::Relaxed);
+                last != 0 && now.saturating_sub(last) < idle_ms
+            })
+            .map(|(a, _)| *a)
+            .collect();
+        for addr in used {
+            self.own(ctx, addr, false);
+        }
+        self.rebuild_map(ctx, &config.endpoints);
+        Child::update_in(&mut self.child, ctx, (*config.child).clone());
+        let first = self.config.is_none();
+        let timeout = config.idle_timeout;
+        self.config = Some(config);
+        if first {
+            self.arm_sweep(ctx, timeout);
+        }
+        self.refresh(ctx)
+    }
+
+    fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
+        match *event {
+            Event::Timer(token) if self.sweep.as_ref().is_some_and(|t| t.token() == token) => {
+                self.run_sweep(ctx);
+                return false;
+            }
+            Event::SessionConnect(addr) => return self.own(ctx, addr, true) && self.refresh(ctx),
+            Event::SessionUsed(addr) => {
+                self.own(ctx, addr, false);
+                return false;
+            }
+            _ => {}
+        }
+        // A subchannel of the map: note it (the child may have just made
+        // it), and wake queued session picks even if the child's picker
+        // stays the same.
+        let ours = match *event {
+            Event::Subchannel(id, addr, _) => match self.map.get(&addr) {
+                Some(e) => {
+                    if e.subchannel().is_none_or(|s| s.id() != id) {
+                        e.set_subchannel(ctx.existing_subchannel(addr).as_ref());
+                    }
+                    true
+                }
+                None => false,
+            },
+            _ => false,
+        };
+        let child_changed = self.child.as_mut().is_some_and(|c| c.event(ctx, event));
+        (child_changed || ours) && self.refresh(ctx)
+    }
+
+    fn state(&self) -> ConnectivityState {
+        self.child
+            .as_ref()
+            .map_or(ConnectivityState::Connecting, |c| c.get().state())
+    }
+
+    fn picker(&self) -> SharedPicker {
+        self.picker.clone().unwrap_or_else(super::queue_picker)
+    }
+
+    fn stats(&self) -> PolicyStats {
+        PolicyStats {
+            policy: "xds_override_host",
+            name: None,
+            state: self.state(),
+            facts: vec![
+                ("addresses".to_owned(), self.map.len().to_string()),
+                ("owned_subchannels".to_owned(), self.owned.len().to_string()),
+            ],
+            endpoints: Vec::new(),
+            children: self.child.iter().map(|c| c.get().stats()).collect(),
+        }
+    }
+}

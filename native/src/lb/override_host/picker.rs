@@ -1,0 +1,139 @@
+//! xds_override_host's picker: gRFC A75's pseudo-code. With the session's
+//! addresses (the call attribute the session filter sets), walk them in the
+//! cookie's order, skipping unknown ones and those whose health is not in
+//! `override_host_status`: a READY subchannel is picked at once; else the
+//! first IDLE one is asked to connect and the pick queues; else a
+//! CONNECTING one queues it; else the first entry without a subchannel gets
+//! one (through the LB task) and the pick queues. TRANSIENT_FAILURE entries
+//! are skipped. Otherwise the child picks. Either way a completed pick
+//! carries the endpoint's address list, the one picked first.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::{now_ms, AddressMap, MapEntry};
+use crate::lb::{
+    ConnectivityState, Event, Pick, PickArgs, PickResult, Picker, SharedPicker, Subchannel,
+};
+use crate::xds::resource::endpoint::HealthSet;
+
+/// The picker of one `xds_override_host` policy.
+pub struct OverrideHostPicker {
+    statuses: HealthSet,
+    map: Arc<AddressMap>,
+    child: SharedPicker,
+    events: mpsc::UnboundedSender<Event>,
+    epoch: Instant,
+}
+
+impl std::fmt::Debug for OverrideHostPicker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OverrideHostPicker")
+            .field("addresses", &self.map.len())
+            .field("child", &self.child)
+            .finish()
+    }
+}
+
+impl OverrideHostPicker {
+    /// A picker over the policy's map and its child's picker.
+    pub fn new(
+        statuses: HealthSet,
+        map: Arc<AddressMap>,
+        child: SharedPicker,
+        events: mpsc::UnboundedSender<Event>,
+        epoch: Instant,
+    ) -> Self {
+        OverrideHostPicker {
+            statuses,
+            map,
+            child,
+            events,
+            epoch,
+        }
+    }
+
+    /// A session uses `entry`: note when, and have the LB task keep its
+    /// subchannel (told once per ownership).
+    fn used(&self, addr: SocketAddr, entry: &MapEntry) {
+        entry
+            .last_used_ms
+            .store(now_ms(self.epoch), Ordering::Relaxed);
+        if !entry.owned.swap(true, Ordering::Relaxed) {
+            let _ = self.events.send(Event::SessionUsed(addr));
+        }
+    }
+
+    /// The session pick, or `None` to let the child pick.
+    fn session_pick(&self, addresses: &[SocketAddr]) -> Option<PickResult> {
+        let mut idle: Option<Subchannel> = None;
+        let mut connecting = false;
+        let mut without_subchannel: Option<SocketAddr> = None;
+        for addr in addresses {
+            let Some(entry) = self.map.get(addr) else {
+                continue;
+            };
+            if !self.statuses.contains(entry.health) {
+                continue;
+            }
+            match entry.subchannel() {
+                Some(sc) => match sc.state() {
+                    ConnectivityState::Ready => {
+                        self.used(*addr, entry);
+                        let mut pick = Pick::of(sc);
+                        pick.endpoint = Some(entry.addresses.clone());
+                        return Some(PickResult::Complete(pick));
+                    }
+                    ConnectivityState::Idle => {
+                        idle.get_or_insert(sc);
+                    }
+                    ConnectivityState::Connecting => connecting = true,
+                    ConnectivityState::TransientFailure => {}
+                },
+                None => {
+                    without_subchannel.get_or_insert(*addr);
+                }
+            }
+        }
+        if let Some(sc) = idle {
+            sc.request_connection();
+            return Some(PickResult::Queue);
+        }
+        if connecting {
+            return Some(PickResult::Queue);
+        }
+        if let Some(addr) = without_subchannel {
+            let _ = self.events.send(Event::SessionConnect(addr));
+            return Some(PickResult::Queue);
+        }
+        None
+    }
+}
+
+impl Picker for OverrideHostPicker {
+    fn pick(&self, args: &PickArgs<'_>) -> PickResult {
+        if let Some(addresses) = &args.attributes.override_addresses {
+            if let Some(result) = self.session_pick(addresses) {
+                return result;
+            }
+        }
+        match self.child.pick(args) {
+            PickResult::Complete(mut pick) => {
+                let addr = pick.subchannel.address();
+                if let Some(entry) = self.map.get(&addr) {
+                    // A new session starts on this endpoint.
+                    if args.attributes.override_addresses.is_some() {
+                        self.used(addr, entry);
+                    }
+                    pick.endpoint = Some(entry.addresses.clone());
+                }
+                PickResult::Complete(pick)
+            }
+            other => other,
+        }
+    }
+}

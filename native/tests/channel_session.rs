@@ -1,0 +1,245 @@
+//! Stateful session affinity in `tether::Channel` (gRFCs A55, A60, A61, A75)
+//! over xDS from the ADS fixture, against real tonic backends: the stateful
+//! session filter reads the cookie, `xds_override_host` keeps the session on
+//! its endpoint, and the response carries C-core's cookie when it changed.
+
+mod channel_support;
+mod xds_support;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use channel_support::*;
+use envoy_types::pb::envoy::config::core::v3::HealthStatus;
+use tether_testkit::grpc::GrpcBackend;
+use xds_support::{Fixture, Mode};
+
+/// The `name=value` part of a Set-Cookie.
+fn pair(set_cookie: &str) -> String {
+    set_cookie.split(';').next().unwrap().to_owned()
+}
+
+fn serve_session(
+    f: &Fixture,
+    clusters: Vec<envoy_types::pb::google::protobuf::Any>,
+    endpoints: Vec<envoy_types::pb::google::protobuf::Any>,
+) {
+    f.set_resources(
+        LDS,
+        vec![session_listener(TARGET, "routes", "grpc-session", 60)],
+    );
+    f.set_resources(RDS, vec![route_config(vec![route("/", "c")])]);
+    f.set_resources(CDS, clusters);
+    f.set_resources(EDS, endpoints);
+    for t in [LDS, RDS, CDS, EDS] {
+        f.push(t);
+    }
+}
+
+async fn three() -> [GrpcBackend; 3] {
+    [
+        GrpcBackend::start("b1").await,
+        GrpcBackend::start("b2").await,
+        GrpcBackend::start("b3").await,
+    ]
+}
+
+/// Three backends in one locality of cluster `c` behind the session
+/// listener, a channel, and its first call: (backends, channel, the backend
+/// that answered, the Set-Cookie values).
+async fn first_session(
+    f: &Fixture,
+    cluster: envoy_types::pb::google::protobuf::Any,
+) -> ([GrpcBackend; 3], tether::Channel, String, Vec<String>) {
+    let bs = three().await;
+    let addrs: Vec<_> = bs.iter().map(|b| b.addr()).collect();
+    serve_session(f, vec![cluster], vec![eds("c", vec![Loc::of(&addrs)], &[])]);
+    let ch = channel(f);
+    let (first, set) = echo_cookie(&ch, None).await.unwrap();
+    (bs, ch, first, set)
+}
+
+/// The three backends' assignment with `backend`'s endpoint DRAINING.
+fn draining(bs: &[GrpcBackend; 3], backend: &str) -> envoy_types::pb::google::protobuf::Any {
+    let addrs: Vec<_> = bs.iter().map(|b| b.addr()).collect();
+    let mut loc = Loc::of(&addrs);
+    for (e, b) in loc.endpoints.iter_mut().zip(bs) {
+        if b.name() == backend {
+            e.1 = HealthStatus::Draining;
+        }
+    }
+    eds("c", vec![loc], &[])
+}
+
+#[tokio::test]
+async fn a_session_stays_on_its_backend_with_c_cores_cookie() {
+    let f = Fixture::start(Mode::Serve).await;
+    let (bs, ch, first, set) = first_session(&f, cluster("c")).await;
+    assert_eq!(set.len(), 1, "{set:?}");
+    let served = bs.iter().find(|b| b.name() == first).unwrap().addr();
+    // C-core's cookie, byte for byte: `addr;cluster` in base64, HttpOnly,
+    // Path, Max-Age from the ttl.
+    let value = tether_core::cookie::encode(
+        &{
+            let mut c = tether_core::cookie::SessionCookie::new(
+                tether_core::address::AddressList::one(served),
+            );
+            c.cluster = Some("c".into());
+            c
+        },
+        tether_core::cookie::Format::Grpc,
+        None,
+    )
+    .unwrap();
+    assert_eq!(
+        set[0],
+        format!("grpc-session={value}; HttpOnly; Path=/; Max-Age=60")
+    );
+    let cookie = pair(&set[0]);
+    for _ in 0..100 {
+        let (backend, set) = echo_cookie(&ch, Some(&cookie)).await.unwrap();
+        assert_eq!(backend, first);
+        assert!(set.is_empty(), "a pinned call gets no cookie: {set:?}");
+    }
+    // Without the cookie calls are spread again.
+    let mut seen = HashSet::new();
+    for _ in 0..30 {
+        seen.insert(echo_cookie(&ch, None).await.unwrap().0);
+    }
+    assert!(seen.len() > 1, "{seen:?}");
+}
+
+#[tokio::test]
+async fn an_endpoint_removed_moves_its_sessions_with_a_new_cookie() {
+    let f = Fixture::start(Mode::Serve).await;
+    let (bs, ch, first, set) = first_session(&f, cluster("c")).await;
+    let cookie = pair(&set[0]);
+    let rest: Vec<_> = bs
+        .iter()
+        .filter(|b| b.name() != first)
+        .map(|b| b.addr())
+        .collect();
+    f.set_resources(EDS, vec![eds("c", vec![Loc::of(&rest)], &[])]);
+    f.push(EDS);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (moved, set) = loop {
+        let (b, set) = echo_cookie(&ch, Some(&cookie)).await.unwrap();
+        if b != first {
+            break (b, set);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the session never moved"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(set.len(), 1, "the moved session gets a new cookie: {set:?}");
+    let new_cookie = pair(&set[0]);
+    for _ in 0..20 {
+        let (b, set) = echo_cookie(&ch, Some(&new_cookie)).await.unwrap();
+        assert_eq!(b, moved);
+        assert!(set.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn draining_keeps_its_sessions_when_in_the_status_set_and_takes_no_new_ones() {
+    let f = Fixture::start(Mode::Serve).await;
+    let statuses = [
+        HealthStatus::Unknown,
+        HealthStatus::Healthy,
+        HealthStatus::Draining,
+    ];
+    let (bs, ch, first, set) = first_session(&f, cluster_override_status("c", &statuses)).await;
+    let cookie = pair(&set[0]);
+    // Its endpoint goes DRAINING.
+    f.set_resources(EDS, vec![draining(&bs, &first)]);
+    f.push(EDS);
+    // New sessions avoid it once the update is in.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut seen = HashSet::new();
+        for _ in 0..20 {
+            seen.insert(echo_cookie(&ch, None).await.unwrap().0);
+        }
+        if !seen.contains(&first) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "new sessions still land on {first}"
+        );
+    }
+    for _ in 0..30 {
+        let (b, set) = echo_cookie(&ch, Some(&cookie)).await.unwrap();
+        assert_eq!(
+            b, first,
+            "the pinned session stays on the DRAINING endpoint"
+        );
+        assert!(set.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn draining_outside_the_status_set_moves_the_session() {
+    let f = Fixture::start(Mode::Serve).await;
+    let (bs, ch, first, set) = first_session(&f, cluster("c")).await;
+    let cookie = pair(&set[0]);
+    f.set_resources(EDS, vec![draining(&bs, &first)]);
+    f.push(EDS);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (b, set) = echo_cookie(&ch, Some(&cookie)).await.unwrap();
+        if b != first {
+            assert_eq!(set.len(), 1, "{set:?}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the session stayed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_session_keeps_its_endpoint_when_it_moves_to_another_priority() {
+    let bs = three().await;
+    let f = Fixture::start(Mode::Serve).await;
+    // b1 in priority 0; b2 and b3 in priority 1.
+    let p0 = |addrs: &[std::net::SocketAddr]| Loc::of(addrs).zone("z0", 1);
+    let p1 = |addrs: &[std::net::SocketAddr]| Loc::of(addrs).priority(1).zone("z1", 1);
+    serve_session(
+        &f,
+        vec![cluster("c")],
+        vec![eds(
+            "c",
+            vec![p0(&[bs[0].addr()]), p1(&[bs[1].addr(), bs[2].addr()])],
+            &[],
+        )],
+    );
+    let ch = channel(&f);
+    let (first, set) = echo_cookie(&ch, None).await.unwrap();
+    assert_eq!(first, "b1");
+    let cookie = pair(&set[0]);
+    // b1 moves to priority 1 and b2 to priority 0: non-session calls go to
+    // b2, the session stays on b1.
+    f.set_resources(
+        EDS,
+        vec![eds(
+            "c",
+            vec![p0(&[bs[1].addr()]), p1(&[bs[0].addr(), bs[2].addr()])],
+            &[],
+        )],
+    );
+    f.push(EDS);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while echo_cookie(&ch, None).await.unwrap().0 != "b2" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "priority 0 never moved to b2"
+        );
+    }
+    for _ in 0..20 {
+        let (b, set) = echo_cookie(&ch, Some(&cookie)).await.unwrap();
+        assert_eq!(b, "b1");
+        assert!(set.is_empty());
+    }
+}
