@@ -414,3 +414,77 @@ async fn verbose_logs_what_the_xds_client_nacks() {
     );
     assert!(run.stderr.contains("ADS stream open"), "{}", run.stderr);
 }
+
+#[tokio::test]
+async fn jar_keeps_the_session_cookie_across_the_calls_of_a_run() {
+    let backends = [
+        GrpcBackend::start("echo-1").await,
+        GrpcBackend::start("echo-2").await,
+        GrpcBackend::start("echo-3").await,
+    ];
+    let yaml = format!(
+        r#"virtualhosts:
+  - name: echo.tether.test
+    routes:
+      - services:
+          - name: echo
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
+services:
+  - name: echo
+    protocol: h2c
+    endpoints:
+      - address: {}
+      - address: {}
+      - address: {}
+"#,
+        backends[0].addr(),
+        backends[1].addr(),
+        backends[2].addr()
+    );
+    let control = Control::start(&yaml).await;
+    let dir = TempDir::new("cli-call-jar");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("tether-call-jar"));
+    let run = call(&[
+        "--bootstrap",
+        bootstrap.to_str().unwrap(),
+        "xds:///echo.tether.test",
+        ECHO,
+        "--count",
+        "8",
+        "--timeout",
+        "10",
+        "--jar",
+    ])
+    .await;
+    assert!(run.status.success(), "{:?}\n{}", run.lines, run.stderr);
+    let calls = run.calls();
+    // The first call has no cookie and gets one; the jar sends it on every
+    // later call, which all reach the same peer and get no new cookie.
+    assert!(calls[0]["cookie"].is_null(), "{}", calls[0]);
+    let set = calls[0]["set_cookie"][0].as_str().unwrap();
+    let pair = set.split(';').next().unwrap();
+    for c in &calls[1..] {
+        assert_eq!(c["cookie"], pair, "{c}");
+        assert_eq!(c["peer"], calls[0]["peer"], "{c}");
+        assert_eq!(c["set_cookie"].as_array().unwrap().len(), 0, "{c}");
+    }
+    // Without --jar each call is a new session.
+    let run = call(&[
+        "--bootstrap",
+        bootstrap.to_str().unwrap(),
+        "xds:///echo.tether.test",
+        ECHO,
+        "--count",
+        "3",
+        "--timeout",
+        "10",
+    ])
+    .await;
+    for c in run.calls() {
+        assert!(c["cookie"].is_null(), "{c}");
+        assert_eq!(c["set_cookie"].as_array().unwrap().len(), 1, "{c}");
+    }
+}

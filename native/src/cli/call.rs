@@ -25,6 +25,7 @@ use tonic::Status;
 
 use super::xds::{emit, read_bootstrap, seconds};
 use crate::channel::{Channel, ChannelError, PickedPeer, Target};
+use crate::session::{CookieJar, CookieJarLayer, Layer};
 use crate::xds::error::code_name;
 
 /// How long `--stats` waits for the channel's LB task to answer.
@@ -60,6 +61,10 @@ pub struct CallArgs {
     /// Sent as the `cookie` metadata on every call (e.g. a session cookie: NAME=VALUE).
     #[arg(long, value_name = "VALUE", value_parser = parse_cookie)]
     cookie: Option<String>,
+    /// Keep the cookies responses set (Set-Cookie) across the calls of this run and send the
+    /// matching ones on later calls, as a browser would (tether's cookie jar layer).
+    #[arg(long)]
+    jar: bool,
     /// Metadata to send on every call; repeatable. KEY is a lowercase gRPC metadata name
     /// (letters, digits, '-', '_', '.'; not grpc-*, not *-bin).
     #[arg(long = "metadata", value_name = "KEY:VALUE", value_parser = parse_metadata)]
@@ -213,14 +218,43 @@ pub fn run(a: CallArgs) -> i32 {
 
 async fn calls(a: &CallArgs, channel: Channel) -> i32 {
     let picked = Arc::new(Mutex::new(None));
-    let mut grpc = tonic::client::Grpc::new(Recorder {
+    let recorder = Recorder {
         channel: channel.clone(),
         picked: picked.clone(),
-    });
+    };
+    if a.jar {
+        let jar = CookieJar::new();
+        let service = CookieJarLayer::new(jar.clone()).layer(recorder);
+        run_calls(a, &channel, &picked, service, Some(&jar)).await
+    } else {
+        run_calls(a, &channel, &picked, recorder, None).await
+    }
+}
+
+/// The calls through `service` (the channel, recorded, maybe behind the
+/// cookie jar `jar`), one JSON line each.
+async fn run_calls<S>(
+    a: &CallArgs,
+    channel: &Channel,
+    picked: &Arc<Mutex<Option<PickedPeer>>>,
+    service: S,
+    jar: Option<&CookieJar>,
+) -> i32
+where
+    S: tower_service::Service<
+        http::Request<Body>,
+        Response = http::Response<Body>,
+        Error = Infallible,
+    >,
+    S::Future: Send,
+{
+    let mut grpc = tonic::client::Grpc::new(service);
     let data = Bytes::copy_from_slice(a.data.as_encoded_bytes());
     let mut all_ok = true;
     for n in 1..=a.count {
-        *lock(&picked) = None;
+        *lock(picked) = None;
+        // What the jar will add to --cookie (names --cookie carries win).
+        let from_jar = jar.and_then(|j| j.cookie_header(a.method.path()));
         let mut request = tonic::Request::new(data.clone());
         let metadata = request.metadata_mut();
         if let Some(cookie) = &a.cookie {
@@ -254,7 +288,7 @@ async fn calls(a: &CallArgs, channel: Channel) -> i32 {
                 line.insert("code".into(), json!(code_name(status.code())));
                 // tonic drops a failed call's response extensions: the
                 // recorder kept its pick.
-                (lock(&picked).clone(), status.metadata())
+                (lock(picked).clone(), status.metadata())
             }
         };
         line.insert(
@@ -273,7 +307,26 @@ async fn calls(a: &CallArgs, channel: Channel) -> i32 {
             ),
             Err(status) => line.insert("message".into(), json!(status.message())),
         };
-        line.insert("cookie".into(), json!(a.cookie));
+        let sent = match (&a.cookie, from_jar) {
+            (Some(c), Some(j)) => {
+                // As the layer sends them: --cookie's, then the jar's others.
+                let names: Vec<&str> = c
+                    .split(';')
+                    .filter_map(|p| p.trim().split('=').next())
+                    .collect();
+                let extra: Vec<&str> = j
+                    .split("; ")
+                    .filter(|p| !names.contains(&p.split('=').next().unwrap_or("")))
+                    .collect();
+                Some(if extra.is_empty() {
+                    c.clone()
+                } else {
+                    format!("{c}; {}", extra.join("; "))
+                })
+            }
+            (c, j) => c.clone().or(j),
+        };
+        line.insert("cookie".into(), json!(sent));
         line.insert("set_cookie".into(), json!(set_cookies(metadata)));
         if let Err(code) = emit(&Value::Object(line).to_string()) {
             return code;
