@@ -243,3 +243,36 @@ async fn a_session_keeps_its_endpoint_when_it_moves_to_another_priority() {
         assert!(set.is_empty());
     }
 }
+
+#[tokio::test]
+async fn a_route_can_turn_the_session_filter_off() {
+    let bs = three().await;
+    let addrs: Vec<_> = bs.iter().map(|b| b.addr()).collect();
+    let f = Fixture::start(Mode::Serve).await;
+    f.set_resources(
+        LDS,
+        vec![session_listener(TARGET, "routes", "grpc-session", 60)],
+    );
+    f.set_resources(
+        RDS,
+        vec![route_config(vec![
+            session_disabled(route("/tether.demo.v1.Echo/", "c"), "session"),
+            route("/", "c"),
+        ])],
+    );
+    f.set_resources(CDS, vec![cluster("c")]);
+    f.set_resources(EDS, vec![eds("c", vec![Loc::of(&addrs)], &[])]);
+    for t in [LDS, RDS, CDS, EDS] {
+        f.push(t);
+    }
+    let ch = channel(&f);
+    // Echo calls take the first route, where the filter is off: no cookie,
+    // and calls spread over every backend.
+    let mut seen = HashSet::new();
+    for _ in 0..30 {
+        let (b, set) = echo_cookie(&ch, None).await.unwrap();
+        assert!(set.is_empty(), "{set:?}");
+        seen.insert(b);
+    }
+    assert_eq!(seen.len(), 3, "{seen:?}");
+}

@@ -384,3 +384,18 @@ pub async fn echo_cookie(
         .collect();
     Ok((response.into_inner().backend, set_cookie))
 }
+
+/// `route` with the stateful session filter `filter` disabled on it
+/// (`StatefulSessionPerRoute { disabled: true }`).
+pub fn session_disabled(mut route: rpb::Route, filter: &str) -> rpb::Route {
+    use envoy_types::pb::envoy::extensions::filters::http::stateful_session::v3::{
+        stateful_session_per_route::Override, StatefulSessionPerRoute,
+    };
+    route.typed_per_filter_config.insert(
+        filter.to_owned(),
+        pack(&StatefulSessionPerRoute {
+            r#override: Some(Override::Disabled(true)),
+        }),
+    );
+    route
+}
