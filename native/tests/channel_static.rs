@@ -273,3 +273,49 @@ async fn the_deadline_bounds_a_body_that_stalls_after_its_headers() {
     assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+#[tokio::test]
+async fn pick_first_stays_on_the_first_address_that_connects() {
+    let a = GrpcBackend::start("a").await;
+    let b = GrpcBackend::start("b").await;
+    let channel = Channel::from_static(StaticConfig {
+        cluster: "pf".into(),
+        endpoints: vec![StaticEndpoint::new(a.addr()), StaticEndpoint::new(b.addr())],
+        policy: EndpointPolicy::PickFirst { shuffle: false },
+    })
+    .unwrap();
+    for _ in 0..20 {
+        assert_eq!(echo(&channel, "x").await.unwrap(), "a");
+    }
+    a.stop().await;
+    until_backend(&channel, "b").await;
+    for _ in 0..20 {
+        assert_eq!(echo(&channel, "x").await.unwrap(), "b");
+    }
+}
+
+#[tokio::test]
+async fn a_priority_that_does_not_connect_in_10_s_fails_over() {
+    // Priority 0 accepts connections and never speaks HTTP/2: its attempt
+    // only times out after 20 s, so the 10 s failover timer decides.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let backup = GrpcBackend::start("backup").await;
+    let mut p1 = StaticEndpoint::new(backup.addr());
+    p1.priority = 1;
+    let channel = Channel::from_static(config(vec![StaticEndpoint::new(silent_addr), p1])).unwrap();
+    let started = std::time::Instant::now();
+    assert_eq!(echo(&channel, "x").await.unwrap(), "backup");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(9_900) && waited < Duration::from_secs(15),
+        "{waited:?}"
+    );
+    hold.abort();
+}

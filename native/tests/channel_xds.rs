@@ -474,3 +474,40 @@ async fn losing_the_control_plane_does_not_break_working_calls() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(spread(&ch, 20).await.get("b"), Some(&20));
 }
+
+#[tokio::test]
+async fn no_virtual_host_for_the_target_fails_calls_naming_it() {
+    let f = Fixture::start(Mode::Serve).await;
+    serve(&f, vec![route("/", "c")], vec![cluster("c")], vec![]);
+    let mut rc = route_config(vec![route("/", "c")]);
+    // The same routes, for another domain only.
+    let mut decoded: envoy_types::pb::envoy::config::route::v3::RouteConfiguration =
+        prost::Message::decode(rc.value.as_slice()).unwrap();
+    decoded.virtual_hosts[0].domains = vec!["other.example".into()];
+    rc = tether::xds::resource::pack(&decoded);
+    f.set_resources(RDS, vec![rc]);
+    f.push(RDS);
+    let err = echo(&channel(&f)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert_eq!(
+        err.message(),
+        "could not find VirtualHost for \"shop.example\" in RouteConfiguration \"routes\""
+    );
+}
+
+#[tokio::test]
+async fn an_aggregate_cycle_fails_its_calls_with_the_reason() {
+    let f = Fixture::start(Mode::Serve).await;
+    serve(
+        &f,
+        vec![route("/", "a")],
+        vec![aggregate("a", &["b"]), aggregate("b", &["a"])],
+        vec![],
+    );
+    let err = echo(&channel(&f)).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert!(
+        err.message().contains("has a cycle: a -> b -> a"),
+        "{err:?}"
+    );
+}
