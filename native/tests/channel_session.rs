@@ -276,3 +276,55 @@ async fn a_route_can_turn_the_session_filter_off() {
     }
     assert_eq!(seen.len(), 3, "{seen:?}");
 }
+
+#[tokio::test]
+async fn a_channel_can_write_envoys_format_and_still_reads_c_cores() {
+    use tether::channel::SessionOptions;
+    use tether_core::cookie::Format;
+    let bs = three().await;
+    let addrs: Vec<_> = bs.iter().map(|b| b.addr()).collect();
+    let f = Fixture::start(Mode::Serve).await;
+    serve_session(
+        &f,
+        vec![cluster("c")],
+        vec![eds("c", vec![Loc::of(&addrs)], &[])],
+    );
+    let ch = tether::Channel::builder()
+        .bootstrap(xds_support::bootstrap(f.addr, NODE))
+        .session_options(SessionOptions {
+            format: Format::Envoy,
+            ..Default::default()
+        })
+        .connect(&format!("xds:///{TARGET}"))
+        .unwrap();
+    let (first, set) = echo_cookie(&ch, None).await.unwrap();
+    // Envoy's Set-Cookie: quoted value, Max-Age, Path, HttpOnly last.
+    assert!(set[0].starts_with("grpc-session=\""), "{set:?}");
+    assert!(
+        set[0].ends_with("\"; Max-Age=60; Path=/; HttpOnly"),
+        "{set:?}"
+    );
+    let cookie = pair(&set[0]);
+    let value = cookie.trim_start_matches("grpc-session=");
+    let decoded = tether_core::cookie::decode(value, &tether_core::KeyRing::empty()).unwrap();
+    assert_eq!(decoded.format, Format::Envoy);
+    assert_eq!(decoded.cookie.cluster.as_deref(), Some("c"));
+    for _ in 0..20 {
+        let (b, set) = echo_cookie(&ch, Some(&cookie)).await.unwrap();
+        assert_eq!(b, first);
+        assert!(set.is_empty(), "{set:?}");
+    }
+    // A C-core cookie for another backend is honoured too (and, written in
+    // another format, left alone: no new cookie).
+    let other = bs.iter().find(|b| b.name() != first).unwrap();
+    let mut c = tether_core::cookie::SessionCookie::new(tether_core::address::AddressList::one(
+        other.addr(),
+    ));
+    c.cluster = Some("c".into());
+    let grpc = tether_core::cookie::encode(&c, Format::Grpc, None).unwrap();
+    let (b, set) = echo_cookie(&ch, Some(&format!("grpc-session={grpc}")))
+        .await
+        .unwrap();
+    assert_eq!(b, other.name());
+    assert!(set.is_empty(), "{set:?}");
+}

@@ -28,7 +28,7 @@ use tether_core::hash::{
     HashPolicies, HashPolicy as CoreHashPolicy, HashRequest, Peer, RequestHash,
 };
 use tether_core::session::{Lookup, Session, SessionRequest};
-use tether_core::SessionConfig;
+use tether_core::{KeyRing, SessionConfig};
 
 /// What the selector decided for one call.
 #[derive(Debug, Clone)]
@@ -96,8 +96,9 @@ impl ConfigSelector {
         default_timeout: Option<Duration>,
         clusters: HashMap<String, Arc<ClusterRef>>,
         http_filters: &[HttpFilter],
+        options: &SessionOptions,
     ) -> Self {
-        let sessions = route_sessions(&virtual_host, http_filters);
+        let sessions = route_sessions(&virtual_host, http_filters, options);
         let hash_policies = virtual_host
             .routes
             .iter()
@@ -283,12 +284,36 @@ fn epoch_seconds() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// A session configuration as the channel runs it: C-core's cookie format
-/// (byte-identical, so grpcio clients read it); every format is read.
-fn session_for(state: &SessionState) -> Option<Arc<Session>> {
+/// How the channel writes session cookies (it reads every format).
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// The format written: C-core's by default (byte-identical, so grpcio
+    /// clients of the same control plane read it), or Envoy's (stock Envoy's
+    /// stateful session filter reads it), or legacy.
+    pub format: Format,
+    /// Signing keys (Envoy format only): the first signs, all verify.
+    pub keys: KeyRing,
+    /// With keys, still honour unsigned cookies (and upgrade them).
+    pub accept_unsigned: bool,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        SessionOptions {
+            format: Format::Grpc,
+            keys: KeyRing::empty(),
+            accept_unsigned: false,
+        }
+    }
+}
+
+/// A session configuration as the channel runs it, with `options`.
+fn session_for(state: &SessionState, options: &SessionOptions) -> Option<Arc<Session>> {
     let spec = state.cookie.clone()?;
     let mut config = SessionConfig::cookie(spec);
-    config.format = Format::Grpc;
+    config.format = options.format;
+    config.keys = options.keys.clone();
+    config.accept_unsigned = options.accept_unsigned;
     match Session::new(config) {
         Ok(s) => Some(Arc::new(s)),
         Err(e) => {
@@ -301,7 +326,11 @@ fn session_for(state: &SessionState) -> Option<Arc<Session>> {
 /// Each route's session configurations: the listener's first stateful
 /// session filter, overridden per virtual host, route and weighted-cluster
 /// entry (most specific wins; `disabled` turns it off).
-fn route_sessions(vh: &VirtualHost, filters: &[HttpFilter]) -> Vec<RouteSessions> {
+fn route_sessions(
+    vh: &VirtualHost,
+    filters: &[HttpFilter],
+    options: &SessionOptions,
+) -> Vec<RouteSessions> {
     let Some((name, base)) = filters.iter().find_map(|f| match &f.config {
         FilterConfig::StatefulSession(s) => Some((f.name.as_str(), s)),
         FilterConfig::Router => None,
@@ -310,9 +339,9 @@ fn route_sessions(vh: &VirtualHost, filters: &[HttpFilter]) -> Vec<RouteSessions
     };
     let resolve = |o: &SessionOverride| match o {
         SessionOverride::Disabled => None,
-        SessionOverride::Enabled(s) => session_for(s),
+        SessionOverride::Enabled(s) => session_for(s, options),
     };
-    let base = session_for(base);
+    let base = session_for(base, options);
     let vh_level = vh.filter_overrides.get(name).map_or(base, resolve);
     vh.routes
         .iter()
@@ -572,7 +601,13 @@ mod tests {
             routes: vec![route],
             filter_overrides: Default::default(),
         };
-        ConfigSelector::new(vh, None, HashMap::from([("c".to_owned(), cluster)]), &[])
+        ConfigSelector::new(
+            vh,
+            None,
+            HashMap::from([("c".to_owned(), cluster)]),
+            &[],
+            &SessionOptions::default(),
+        )
     }
 
     fn header_policy(name: &str, terminal: bool) -> HashPolicy {

@@ -44,6 +44,7 @@ use crate::xds::client::ClientOptions;
 use crate::xds::XdsClient;
 pub use call::PickedPeer;
 pub use config::{ChannelConfig, StaticConfig, StaticEndpoint};
+pub use config_selector::SessionOptions;
 pub use target::Target;
 use work_serializer::{Control, Shared, WorkSerializer};
 
@@ -167,6 +168,7 @@ pub struct ChannelBuilder {
     subchannel: SubchannelOptions,
     wait_for_ready: bool,
     authority: Option<String>,
+    session: SessionOptions,
 }
 
 impl ChannelBuilder {
@@ -200,6 +202,13 @@ impl ChannelBuilder {
     /// ([`WaitForReady`]); default false, as in gRPC.
     pub fn wait_for_ready(mut self, on: bool) -> Self {
         self.wait_for_ready = on;
+        self
+    }
+
+    /// How session cookies are written (default: C-core's format, unsigned).
+    /// The channel reads every format whatever it writes.
+    pub fn session_options(mut self, options: SessionOptions) -> Self {
+        self.session = options;
         self
     }
 
@@ -274,6 +283,7 @@ impl ChannelBuilder {
             lb_tx,
             control_tx.downgrade(),
             shared.clone(),
+            self.session.clone(),
         );
         let task = tokio::spawn(serializer.run(lb_rx, control_rx));
         Ok(Inner {

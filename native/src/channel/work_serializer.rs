@@ -12,7 +12,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
 use super::config::ChannelConfig;
-use super::config_selector::ConfigSelector;
+use super::config_selector::{ConfigSelector, SessionOptions};
 use super::{ChannelStats, ClusterRef};
 use crate::lb::cluster_manager::{self, ClusterManager};
 use crate::lb::{cds, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, SharedPicker};
@@ -73,6 +73,7 @@ pub(crate) struct WorkSerializer {
     pub lb_tx: mpsc::UnboundedSender<Event>,
     pub control_tx: mpsc::WeakUnboundedSender<Control>,
     pub shared: Arc<Shared>,
+    session_options: SessionOptions,
     root: ClusterManager,
     next_timer: u64,
     routing: Routing,
@@ -89,8 +90,10 @@ impl WorkSerializer {
         lb_tx: mpsc::UnboundedSender<Event>,
         control_tx: mpsc::WeakUnboundedSender<Control>,
         shared: Arc<Shared>,
+        session_options: SessionOptions,
     ) -> Self {
         WorkSerializer {
+            session_options,
             target,
             pool,
             lb_tx,
@@ -204,6 +207,7 @@ impl WorkSerializer {
             config.max_stream_duration,
             handles,
             &config.http_filters,
+            &self.session_options,
         )));
         self.publish();
     }
