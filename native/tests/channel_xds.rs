@@ -286,12 +286,7 @@ async fn a_listener_that_does_not_exist_fails_calls_naming_it_after_15_s() {
 async fn a_nacked_update_keeps_the_previous_config_serving() {
     let a = GrpcBackend::start("a").await;
     let f = Fixture::start(Mode::Serve).await;
-    serve(
-        &f,
-        vec![route("/", "c")],
-        vec![cluster("c")],
-        vec![eds("c", vec![Loc::of(&[a.addr()])], &[])],
-    );
+    serve_one(&f, &[a.addr()]);
     let ch = channel(&f);
     assert_eq!(echo(&ch).await.unwrap(), "a");
     // An invalid cluster (no discovery type): NACKed, the old one serves.
@@ -317,12 +312,7 @@ async fn an_endpoint_removed_while_calls_run_lets_them_complete() {
     let a = GrpcBackend::start("a").await;
     let b = GrpcBackend::start("b").await;
     let f = Fixture::start(Mode::Serve).await;
-    serve(
-        &f,
-        vec![route("/", "c")],
-        vec![cluster("c")],
-        vec![eds("c", vec![Loc::of(&[a.addr()])], &[])],
-    );
+    serve_one(&f, &[a.addr()]);
     let ch = channel(&f);
     until_backend(&ch, "a").await;
     let running: Vec<_> = (0..5)
@@ -461,12 +451,7 @@ async fn no_control_plane_fails_calls_with_the_connectivity_error() {
 async fn losing_the_control_plane_does_not_break_working_calls() {
     let b = GrpcBackend::start("b").await;
     let f = Fixture::start(Mode::Serve).await;
-    serve(
-        &f,
-        vec![route("/", "c")],
-        vec![cluster("c")],
-        vec![eds("c", vec![Loc::of(&[b.addr()])], &[])],
-    );
+    serve_one(&f, &[b.addr()]);
     let ch = channel(&f);
     assert_eq!(echo(&ch).await.unwrap(), "b");
     // The server dies: an ambient error for cached resources.

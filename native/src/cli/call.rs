@@ -190,15 +190,8 @@ pub fn run(a: CallArgs) -> i32 {
             builder
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tether: cannot start the runtime: {e}");
-            return 1;
-        }
+    let Some(runtime) = super::runtime() else {
+        return 1;
     };
     runtime.block_on(async move {
         // The channel spawns its tasks: it must be made inside the runtime.

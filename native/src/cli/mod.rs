@@ -82,6 +82,21 @@ pub fn init_logging(level: log::LevelFilter) {
         .try_init();
 }
 
+/// A current-thread tokio runtime for a subcommand; `None` (said on
+/// stderr) when it cannot be made.
+pub(crate) fn runtime() -> Option<tokio::runtime::Runtime> {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("tether: cannot start the runtime: {e}");
+            None
+        }
+    }
+}
+
 /// Seconds since the Unix epoch by the system clock.
 pub(crate) fn now() -> u64 {
     std::time::SystemTime::now()

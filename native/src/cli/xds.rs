@@ -119,15 +119,8 @@ fn dump(a: DumpArgs) -> i32 {
             return 1;
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("tether: cannot start the runtime: {e}");
-            return 1;
-        }
+    let Some(runtime) = super::runtime() else {
+        return 1;
     };
     runtime.block_on(dump_async(a, bootstrap))
 }

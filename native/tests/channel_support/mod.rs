@@ -242,6 +242,16 @@ pub fn serve(f: &Fixture, routes: Vec<rpb::Route>, clusters: Vec<Any>, endpoints
     }
 }
 
+/// One route to round-robin cluster `c` over `addrs`, in one locality.
+pub fn serve_one(f: &Fixture, addrs: &[SocketAddr]) {
+    serve(
+        f,
+        vec![route("/", "c")],
+        vec![cluster("c")],
+        vec![eds("c", vec![Loc::of(addrs)], &[])],
+    );
+}
+
 /// A channel for `xds:///shop.example` through the fixture.
 pub fn channel(f: &Fixture) -> Channel {
     Channel::builder()
