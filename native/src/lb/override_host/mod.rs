@@ -335,3 +335,6 @@ impl LbPolicy for OverrideHost {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,149 @@
+//! The idle sweep on a paused clock, with a real pool (the subchannel's
+//! address refuses connections; nothing here needs one to succeed).
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::*;
+use crate::lb::round_robin;
+use crate::subchannel::{SubchannelOptions, SubchannelPool};
+
+fn refused() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    drop(l);
+    a
+}
+
+struct Harness {
+    pool: SubchannelPool,
+    tx: mpsc::UnboundedSender<Event>,
+    rx: mpsc::UnboundedReceiver<Event>,
+    next_timer: u64,
+    policy: OverrideHost,
+}
+
+impl Harness {
+    fn new() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let listener_tx = tx.clone();
+        let pool = SubchannelPool::new(
+            SubchannelOptions::default(),
+            Arc::new(move |id, addr, state| {
+                let _ = listener_tx.send(Event::Subchannel(id, addr, state));
+            }),
+        );
+        Harness {
+            pool,
+            tx,
+            rx,
+            next_timer: 0,
+            policy: OverrideHost::new(),
+        }
+    }
+
+    fn with<R>(&mut self, f: impl FnOnce(&mut OverrideHost, &mut Ctx<'_>) -> R) -> R {
+        let mut ctx = Ctx::new(&self.pool, &self.tx, &mut self.next_timer, "test");
+        f(&mut self.policy, &mut ctx)
+    }
+
+    /// Feeds events to the policy until a timer fires; returns when.
+    async fn next_timer(&mut self) -> Instant {
+        loop {
+            let e = tokio::time::timeout(Duration::from_secs(3600), self.rx.recv())
+                .await
+                .expect("an event within an hour")
+                .expect("the channel is open");
+            self.with(|p, ctx| p.event(ctx, &e));
+            if matches!(e, Event::Timer(_)) {
+                return Instant::now();
+            }
+        }
+    }
+}
+
+fn config(addr: SocketAddr) -> LbConfig {
+    LbConfig::OverrideHost(Config {
+        override_host_status: HealthSet::default_override(),
+        idle_timeout: Duration::from_secs(60),
+        endpoints: vec![EndpointAddresses {
+            addresses: vec![addr],
+            weight: 1,
+            health: HealthStatus::Draining,
+        }],
+        child: Box::new(LbConfig::RoundRobin(round_robin::Config::default())),
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sweep_keeps_a_used_subchannel_and_lets_go_one_idle_timeout_after_its_last_use() {
+    let a = refused();
+    let mut h = Harness::new();
+    let start = Instant::now();
+    h.with(|p, ctx| p.update(ctx, config(a)));
+    // A session needs the DRAINING endpoint: the policy makes and owns it.
+    h.with(|p, ctx| p.event(ctx, &Event::SessionConnect(a)));
+    assert!(h.pool.peek(a).is_some());
+    // A session uses it at +30 s.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let entry = h.policy.map[&a].clone();
+    entry
+        .last_used_ms
+        .store(now_ms(h.policy.epoch), Ordering::Relaxed);
+    // First sweep idle_timeout after the first update: used 30 s ago, kept;
+    // the next one when it would expire.
+    let first = h.next_timer().await;
+    assert_eq!(first - start, Duration::from_secs(60));
+    assert!(
+        h.pool.peek(a).is_some(),
+        "a subchannel used 30 s ago is kept"
+    );
+    let second = h.next_timer().await;
+    assert_eq!(second - start, Duration::from_secs(90));
+    assert!(
+        h.pool.peek(a).is_none(),
+        "released one idle_timeout after its last use"
+    );
+    assert!(!entry.owned.load(Ordering::Relaxed));
+    // Nothing owned: the next sweep is an idle_timeout later.
+    let third = h.next_timer().await;
+    assert_eq!(third - second, Duration::from_secs(60));
+}
+
+#[tokio::test(start_paused = true)]
+async fn sweeps_are_at_least_5_s_apart_and_none_runs_with_an_empty_map() {
+    let a = refused();
+    let mut h = Harness::new();
+    let start = Instant::now();
+    h.with(|p, ctx| p.update(ctx, config(a)));
+    h.with(|p, ctx| p.event(ctx, &Event::SessionConnect(a)));
+    // Used at +1 s: at the first sweep (+60 s) it would expire 1 s later,
+    // but sweeps are at least 5 s apart.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    h.policy.map[&a]
+        .last_used_ms
+        .store(now_ms(h.policy.epoch), Ordering::Relaxed);
+    let first = h.next_timer().await;
+    assert_eq!(first - start, Duration::from_secs(60));
+    let second = h.next_timer().await;
+    assert_eq!(second - first, MIN_SWEEP_INTERVAL);
+    // An update that empties the map: no sweep is armed after this one.
+    h.with(|p, ctx| {
+        p.update(
+            ctx,
+            LbConfig::OverrideHost(Config {
+                override_host_status: HealthSet::default_override(),
+                idle_timeout: Duration::from_secs(60),
+                endpoints: Vec::new(),
+                child: Box::new(LbConfig::RoundRobin(round_robin::Config::default())),
+            }),
+        )
+    });
+    let _ = h.next_timer().await;
+    assert!(h.policy.sweep.is_none(), "no sweep with an empty map");
+}
