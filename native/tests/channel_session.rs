@@ -328,3 +328,65 @@ async fn a_channel_can_write_envoys_format_and_still_reads_c_cores() {
     assert_eq!(b, other.name());
     assert!(set.is_empty(), "{set:?}");
 }
+
+#[tokio::test]
+async fn a_session_survives_its_endpoint_changing_address_when_it_keeps_another() {
+    // One endpoint, backend "e", listening on two addresses; another, "o".
+    let e1 = GrpcBackend::start("e").await;
+    let e2 = GrpcBackend::start("e").await;
+    let e3 = GrpcBackend::start("e").await;
+    let o = GrpcBackend::start("o").await;
+    let f = Fixture::start(Mode::Serve).await;
+    serve_session(
+        &f,
+        vec![cluster("c")],
+        vec![eds_multi("c", &[&[e1.addr(), e2.addr()], &[o.addr()]])],
+    );
+    let ch = channel(&f);
+    // Start sessions until one lands on "e": its cookie lists both addresses.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let set = loop {
+        let (b, set) = echo_cookie(&ch, None).await.unwrap();
+        if b == "e" {
+            break set;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no session on e");
+    };
+    let cookie = pair(&set[0]);
+    let value = cookie.trim_start_matches("grpc-session=");
+    let decoded = tether_core::cookie::decode(value, &tether_core::KeyRing::empty()).unwrap();
+    assert_eq!(
+        decoded.cookie.addresses.as_slice(),
+        &[e1.addr(), e2.addr()],
+        "A61: the used address first, then the endpoint's others"
+    );
+    // The endpoint drops its first address and gains a new one.
+    f.set_resources(
+        EDS,
+        vec![eds_multi("c", &[&[e2.addr(), e3.addr()], &[o.addr()]])],
+    );
+    f.push(EDS);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let set = loop {
+        let (b, set) = echo_cookie(&ch, Some(&cookie)).await.unwrap();
+        assert_eq!(b, "e", "the session stays on its endpoint");
+        if !set.is_empty() {
+            break set;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no new cookie");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // The new cookie names the endpoint's new address list.
+    let value = pair(&set[0]);
+    let decoded = tether_core::cookie::decode(
+        value.trim_start_matches("grpc-session="),
+        &tether_core::KeyRing::empty(),
+    )
+    .unwrap();
+    assert_eq!(decoded.cookie.addresses.as_slice(), &[e2.addr(), e3.addr()]);
+    for _ in 0..10 {
+        let (b, set) = echo_cookie(&ch, Some(&value)).await.unwrap();
+        assert_eq!(b, "e");
+        assert!(set.is_empty(), "{set:?}");
+    }
+}

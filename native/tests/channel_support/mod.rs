@@ -409,3 +409,41 @@ pub fn session_disabled(mut route: rpb::Route, filter: &str) -> rpb::Route {
     );
     route
 }
+
+/// A ClusterLoadAssignment of one locality whose endpoints have several
+/// addresses each (gRFC A61: the first is the primary, the rest
+/// `additional_addresses`).
+pub fn eds_multi(cluster: &str, endpoints: &[&[SocketAddr]]) -> Any {
+    pack(&epb::ClusterLoadAssignment {
+        cluster_name: cluster.to_owned(),
+        endpoints: vec![epb::LocalityLbEndpoints {
+            locality: Some(core::Locality {
+                region: "r".into(),
+                zone: "z".into(),
+                sub_zone: String::new(),
+            }),
+            load_balancing_weight: Some(UInt32Value { value: 1 }),
+            lb_endpoints: endpoints
+                .iter()
+                .map(|addrs| epb::LbEndpoint {
+                    host_identifier: Some(epb::lb_endpoint::HostIdentifier::Endpoint(
+                        epb::Endpoint {
+                            address: Some(address(addrs[0])),
+                            additional_addresses: addrs[1..]
+                                .iter()
+                                .map(|a| epb::endpoint::AdditionalAddress {
+                                    address: Some(address(*a)),
+                                })
+                                .collect(),
+                            ..Default::default()
+                        },
+                    )),
+                    health_status: core::HealthStatus::Healthy as i32,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
