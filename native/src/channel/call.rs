@@ -161,9 +161,7 @@ fn set_cookie(
         cluster: Some(cluster),
         connect_failed: false,
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let now = super::config_selector::epoch_seconds();
     if let Some(Emit::SetCookie(value)) = s.session.respond(&s.lookup, &served, now) {
         match HeaderValue::from_str(&value) {
             Ok(v) => {

@@ -278,7 +278,7 @@ fn weighted_choice(entries: &[ClusterWeight]) -> usize {
 }
 
 /// Seconds since the Unix epoch (cookie expiry).
-fn epoch_seconds() -> u64 {
+pub(crate) fn epoch_seconds() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())

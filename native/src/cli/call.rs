@@ -210,28 +210,26 @@ pub fn run(a: CallArgs) -> i32 {
 }
 
 async fn calls(a: &CallArgs, channel: Channel) -> i32 {
-    let picked = Arc::new(Mutex::new(None));
+    let record = Arc::new(Mutex::new(Record::default()));
     let recorder = Recorder {
         channel: channel.clone(),
-        picked: picked.clone(),
+        record: record.clone(),
     };
     if a.jar {
-        let jar = CookieJar::new();
-        let service = CookieJarLayer::new(jar.clone()).layer(recorder);
-        run_calls(a, &channel, &picked, service, Some(&jar)).await
+        let service = CookieJarLayer::new(CookieJar::new()).layer(recorder);
+        run_calls(a, &channel, &record, service).await
     } else {
-        run_calls(a, &channel, &picked, recorder, None).await
+        run_calls(a, &channel, &record, recorder).await
     }
 }
 
 /// The calls through `service` (the channel, recorded, maybe behind the
-/// cookie jar `jar`), one JSON line each.
+/// cookie jar), one JSON line each.
 async fn run_calls<S>(
     a: &CallArgs,
     channel: &Channel,
-    picked: &Arc<Mutex<Option<PickedPeer>>>,
+    record: &Arc<Mutex<Record>>,
     service: S,
-    jar: Option<&CookieJar>,
 ) -> i32
 where
     S: tower_service::Service<
@@ -245,9 +243,7 @@ where
     let data = Bytes::copy_from_slice(a.data.as_encoded_bytes());
     let mut all_ok = true;
     for n in 1..=a.count {
-        *lock(picked) = None;
-        // What the jar will add to --cookie (names --cookie carries win).
-        let from_jar = jar.and_then(|j| j.cookie_header(a.method.path()));
+        *lock(record) = Record::default();
         let mut request = tonic::Request::new(data.clone());
         let metadata = request.metadata_mut();
         if let Some(cookie) = &a.cookie {
@@ -281,7 +277,7 @@ where
                 line.insert("code".into(), json!(code_name(status.code())));
                 // tonic drops a failed call's response extensions: the
                 // recorder kept its pick.
-                (lock(picked).clone(), status.metadata())
+                (lock(record).peer.clone(), status.metadata())
             }
         };
         line.insert(
@@ -300,26 +296,8 @@ where
             ),
             Err(status) => line.insert("message".into(), json!(status.message())),
         };
-        let sent = match (&a.cookie, from_jar) {
-            (Some(c), Some(j)) => {
-                // As the layer sends them: --cookie's, then the jar's others.
-                let names: Vec<&str> = c
-                    .split(';')
-                    .filter_map(|p| p.trim().split('=').next())
-                    .collect();
-                let extra: Vec<&str> = j
-                    .split("; ")
-                    .filter(|p| !names.contains(&p.split('=').next().unwrap_or("")))
-                    .collect();
-                Some(if extra.is_empty() {
-                    c.clone()
-                } else {
-                    format!("{c}; {}", extra.join("; "))
-                })
-            }
-            (c, j) => c.clone().or(j),
-        };
-        line.insert("cookie".into(), json!(sent));
+        // What went out: --cookie, merged with the jar's by the layer.
+        line.insert("cookie".into(), json!(lock(record).cookie));
         line.insert("set_cookie".into(), json!(set_cookies(metadata)));
         if let Err(code) = emit(&Value::Object(line).to_string()) {
             return code;
@@ -350,13 +328,22 @@ fn set_cookies(metadata: &MetadataMap) -> Vec<String> {
         .collect()
 }
 
-/// The channel, keeping the pick of the call in flight: tonic turns a
-/// failed call's response into a `Status` and drops its extensions, where
-/// the channel put the [`PickedPeer`].
+/// What the recorder saw of the call in flight.
+#[derive(Debug, Default)]
+struct Record {
+    /// The `cookie` header as it went to the channel.
+    cookie: Option<String>,
+    /// The pick: tonic turns a failed call's response into a `Status` and
+    /// drops its extensions, where the channel put the [`PickedPeer`].
+    peer: Option<PickedPeer>,
+}
+
+/// The channel, recording the call in flight (it sits inside the cookie jar
+/// layer, so it sees the cookie header the jar completed).
 #[derive(Clone)]
 struct Recorder {
     channel: Channel,
-    picked: Arc<Mutex<Option<PickedPeer>>>,
+    record: Arc<Mutex<Record>>,
 }
 
 type Body = tonic::body::Body;
@@ -371,11 +358,15 @@ impl tower_service::Service<http::Request<Body>> for Recorder {
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let picked = self.picked.clone();
+        let record = self.record.clone();
+        lock(&record).cookie = request
+            .headers()
+            .get(http::header::COOKIE)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let response = self.channel.call(request);
         Box::pin(async move {
             let response = response.await?;
-            *lock(&picked) = response.extensions().get::<PickedPeer>().cloned();
+            lock(&record).peer = response.extensions().get::<PickedPeer>().cloned();
             Ok(response)
         })
     }
