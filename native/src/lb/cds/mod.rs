@@ -22,7 +22,7 @@ use super::{
     LbPolicy, PolicyStats, SharedPicker,
 };
 use crate::xds::resource::cluster::{ClusterResource, LbPolicy as ClusterLbPolicy};
-use crate::xds::resource::endpoint::EndpointsResource;
+use crate::xds::resource::endpoint::{Endpoint, EndpointsResource};
 
 /// A leaf cluster with its endpoints.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +80,15 @@ fn endpoint_policy(policy: &ClusterLbPolicy) -> Result<EndpointPolicy, String> {
     }
 }
 
+/// An EDS endpoint as the policies see it.
+fn endpoint_addresses(e: &Endpoint) -> EndpointAddresses {
+    EndpointAddresses {
+        addresses: e.addresses.clone(),
+        weight: e.weight.max(1),
+        health: e.health,
+    }
+}
+
 /// The `xds_cluster_impl` subtree of a leaf cluster.
 fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
     let policy = endpoint_policy(&leaf.cluster.lb_policy).map_err(|p| {
@@ -104,11 +113,7 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
                         .endpoints
                         .iter()
                         .filter(|e| e.health != HealthStatus::Draining)
-                        .map(|e| EndpointAddresses {
-                            addresses: e.addresses.clone(),
-                            weight: e.weight.max(1),
-                            health: e.health,
-                        })
+                        .map(endpoint_addresses)
                         .collect(),
                 })
                 .collect();
@@ -125,11 +130,7 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
     let all = leaf
         .endpoints
         .endpoints()
-        .map(|(_, _, e)| EndpointAddresses {
-            addresses: e.addresses.clone(),
-            weight: e.weight.max(1),
-            health: e.health,
-        })
+        .map(|(_, _, e)| endpoint_addresses(e))
         .collect();
     Ok(LbConfig::ClusterImpl(cluster_impl::Config {
         cluster: leaf.name.clone(),
