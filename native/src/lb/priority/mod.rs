@@ -271,7 +271,7 @@ impl LbPolicy for Priority {
     }
 
     fn stats(&self) -> PolicyStats {
-        let mut children: Vec<PolicyStats> = self
+        let children: Vec<PolicyStats> = self
             .names
             .iter()
             .filter_map(|n| self.children.get(n).map(|c| (n, c)))
@@ -284,7 +284,6 @@ impl LbPolicy for Priority {
                 s
             })
             .collect();
-        children.shrink_to_fit();
         PolicyStats {
             policy: "priority",
             name: None,
