@@ -30,8 +30,10 @@ use tether::lb::{
     CallAttributes, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, PickArgs, PickResult,
     Picker, SharedPicker, Subchannel, SubchannelPool,
 };
+use tether::session::{CookieJar, CookieJarLayer, CookieJarService, Layer};
 use tether::subchannel::backoff::BackoffConfig;
 use tether::subchannel::SubchannelOptions;
+use tether_core::http::set_cookie::CookieSpec;
 use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
@@ -263,6 +265,7 @@ fn cds_config(name: &str, ports: &[u16], localities: u16) -> Result<LbConfig, St
             })
             .collect(),
         policy: EndpointPolicy::RoundRobin,
+        session: None,
     }
     .channel_config()?;
     let clusters = config
@@ -458,6 +461,8 @@ struct PickerFixture {
     bare: SharedPicker,
     cluster: Arc<str>,
     headers: http::HeaderMap,
+    /// A session's call attributes: its cookie names the first backend.
+    session: CallAttributes,
 }
 
 static PICKER: OnceLock<PickerFixture> = OnceLock::new();
@@ -465,6 +470,7 @@ static PICKER: OnceLock<PickerFixture> = OnceLock::new();
 struct PickFigures {
     chain_ns: f64,
     bare_ns: f64,
+    override_ns: f64,
 }
 
 /// Builds the tree for round robin over the backends with the real
@@ -505,6 +511,12 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
             bare: Arc::new(RoundRobinPicker::new(subchannels)),
             cluster: "picker-bench".into(),
             headers: http::HeaderMap::new(),
+            session: CallAttributes {
+                cluster: "picker-bench".into(),
+                override_addresses: Some(Arc::from([addrs[0]])),
+                session_id: Some(1),
+                ..Default::default()
+            },
         };
         // The chain must spread over all three, in turn.
         let mut seen = BTreeMap::new();
@@ -515,6 +527,13 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
         }
         if seen.len() != 3 || seen.values().any(|n| *n != 100) {
             return Err(format!("300 picks went {seen:?}, not 100 to each of 3"));
+        }
+        // A session's picks all go to its backend.
+        for _ in 0..30 {
+            let a = pick_with(&*fixture.chain, &fixture, &fixture.session).address();
+            if a != addrs[0] {
+                return Err(format!("a session pick went to {a}, not {}", addrs[0]));
+            }
         }
         Ok(fixture)
     })
@@ -527,10 +546,15 @@ fn pick_once(picker: &dyn Picker, f: &PickerFixture) -> Subchannel {
         cluster: f.cluster.clone(),
         ..Default::default()
     };
+    pick_with(picker, f, &attributes)
+}
+
+/// One pick with `attributes`, as [`pick_once`].
+fn pick_with(picker: &dyn Picker, f: &PickerFixture, attributes: &CallAttributes) -> Subchannel {
     let args = PickArgs {
         path: ECHO_PATH,
         headers: &f.headers,
-        attributes: &attributes,
+        attributes,
     };
     match picker.pick(black_box(&args)) {
         PickResult::Complete(pick) => {
@@ -548,18 +572,30 @@ fn pick_xds_chain(bencher: Bencher) {
 }
 
 #[divan::bench]
+fn pick_session_override(bencher: Bencher) {
+    let f = PICKER.get().expect("picker fixture");
+    bencher.bench_local(|| pick_with(&*f.chain, f, &f.session).id());
+}
+
+#[divan::bench]
 fn pick_round_robin(bencher: Bencher) {
     let f = PICKER.get().expect("picker fixture");
     bencher.bench_local(|| pick_once(&*f.bare, f).id());
 }
 
 /// The median over batches of the time of one pick, for the summary.
-fn median_pick_ns(picker: &dyn Picker, f: &PickerFixture, batches: usize, size: u32) -> f64 {
+fn median_pick_ns(
+    picker: &dyn Picker,
+    f: &PickerFixture,
+    attributes: &CallAttributes,
+    batches: usize,
+    size: u32,
+) -> f64 {
     let mut per_pick: Vec<f64> = (0..batches)
         .map(|_| {
             let started = Instant::now();
             for _ in 0..size {
-                black_box(pick_once(picker, f).id());
+                black_box(pick_with(picker, f, attributes).id());
             }
             started.elapsed().as_nanos() as f64 / f64::from(size)
         })
@@ -590,9 +626,14 @@ fn picker_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<Pic
     } else {
         (21, 200_000)
     };
+    let plain = CallAttributes {
+        cluster: f.cluster.clone(),
+        ..Default::default()
+    };
     Ok(PickFigures {
-        chain_ns: median_pick_ns(&*f.chain, f, batches, size),
-        bare_ns: median_pick_ns(&*f.bare, f, batches, size),
+        chain_ns: median_pick_ns(&*f.chain, f, &plain, batches, size),
+        bare_ns: median_pick_ns(&*f.bare, f, &plain, batches, size),
+        override_ns: median_pick_ns(&*f.chain, f, &f.session, batches, size),
     })
 }
 
@@ -602,6 +643,7 @@ fn picker_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<Pic
 enum Client {
     Tonic(EchoClient<tonic::transport::Channel>),
     Tether(EchoClient<tether::Channel>),
+    Session(EchoClient<CookieJarService<tether::Channel>>),
 }
 
 impl Client {
@@ -613,6 +655,7 @@ impl Client {
         let reply = match self {
             Client::Tonic(c) => c.echo(request).await?,
             Client::Tether(c) => c.echo(request).await?,
+            Client::Session(c) => c.echo(request).await?,
         };
         Ok(reply.into_inner().backend)
     }
@@ -623,14 +666,16 @@ enum Kind {
     Plain,
     Balance,
     TetherStatic,
+    TetherSession,
     TetherXds,
 }
 
 impl Kind {
-    const ALL: [Kind; 4] = [
+    const ALL: [Kind; 5] = [
         Kind::Plain,
         Kind::Balance,
         Kind::TetherStatic,
+        Kind::TetherSession,
         Kind::TetherXds,
     ];
 
@@ -639,12 +684,16 @@ impl Kind {
             Kind::Plain => "plain tonic Channel, 1 endpoint",
             Kind::Balance => "tonic Channel::balance_list, 3 endpoints",
             Kind::TetherStatic => "tether::Channel static, round robin over 3",
+            Kind::TetherSession => "tether::Channel static + session cookie (jar), pinned to 1",
             Kind::TetherXds => "tether::Channel xDS (tether-control), round robin over 3",
         }
     }
 
     fn is_tether(self) -> bool {
-        matches!(self, Kind::TetherStatic | Kind::TetherXds)
+        matches!(
+            self,
+            Kind::TetherStatic | Kind::TetherSession | Kind::TetherXds
+        )
     }
 }
 
@@ -695,11 +744,12 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
     let endpoint = |a: &SocketAddr| {
         tonic::transport::Endpoint::from_shared(format!("http://{a}")).map_err(|e| e.to_string())
     };
-    let all = |policy| -> Result<StaticConfig, String> {
+    let all = |policy, session| -> Result<StaticConfig, String> {
         Ok(StaticConfig {
             cluster: "echo".into(),
             endpoints: addrs.iter().map(|a| StaticEndpoint::new(*a)).collect(),
             policy,
+            session,
         })
     };
     let client = match kind {
@@ -717,9 +767,20 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
                 .into_iter(),
         ))),
         Kind::TetherStatic => Client::Tether(EchoClient::new(
-            tether::Channel::from_static(all(EndpointPolicy::RoundRobin)?)
+            tether::Channel::from_static(all(EndpointPolicy::RoundRobin, None)?)
                 .map_err(|e| e.to_string())?,
         )),
+        Kind::TetherSession => {
+            let cookie =
+                CookieSpec::new("grpc-session", "/", Duration::from_secs(3600), Vec::new())
+                    .map_err(|e| e.to_string())?;
+            let channel =
+                tether::Channel::from_static(all(EndpointPolicy::RoundRobin, Some(cookie))?)
+                    .map_err(|e| e.to_string())?;
+            Client::Session(EchoClient::new(
+                CookieJarLayer::new(CookieJar::new()).layer(channel),
+            ))
+        }
         Kind::TetherXds => Client::Tether(EchoClient::new(
             tether::Channel::builder()
                 .bootstrap(control_plane(addrs).await?)
@@ -728,7 +789,11 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
         )),
     };
     // Connected to every endpoint it balances over before any measurement.
-    let want = if kind == Kind::Plain { 1 } else { addrs.len() };
+    // (A session's calls all go to one.)
+    let want = match kind {
+        Kind::Plain | Kind::TetherSession => 1,
+        _ => addrs.len(),
+    };
     let mut c = client.clone();
     let mut seen = HashSet::new();
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -931,6 +996,20 @@ impl Summary {
                     ));
                 }
             }
+            // Sessions against the same channel without them.
+            for c in [1, 64] {
+                let at = |k: Kind| self.rows.iter().find(|r| r.kind == k && r.concurrency == c);
+                if let (Some(with), Some(without)) =
+                    (at(Kind::TetherSession), at(Kind::TetherStatic))
+                {
+                    let ratio = with.calls_per_s / without.calls_per_s;
+                    goals.push(goal_line(
+                        &format!("  sessions (jar, pinned) c={c}: calls/s ≥ 0.95 × the same channel without sessions"),
+                        ratio >= 0.95,
+                        &format!("{ratio:.2}"),
+                    ));
+                }
+            }
             println!("\ngoals:");
             for g in goals {
                 println!("{g}");
@@ -947,6 +1026,14 @@ impl Summary {
                     "  pick through cluster_manager → cluster_impl → priority → weighted_target → round_robin, goal ≤ 100 ns",
                     p.chain_ns <= 100.0,
                     &format!("{:.0} ns", p.chain_ns)
+                )
+            );
+            println!(
+                "{}",
+                goal_line(
+                    "  a session's pick through the same chain (xds_override_host finds its READY endpoint), goal ≤ 100 ns",
+                    p.override_ns <= 100.0,
+                    &format!("{:.0} ns", p.override_ns)
                 )
             );
             println!("  bare round_robin pick: {:.0} ns", p.bare_ns);

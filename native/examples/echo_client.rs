@@ -27,6 +27,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 cluster: "echo".into(),
                 endpoints,
                 policy: EndpointPolicy::RoundRobin,
+                session: None,
             })?
         }
         None => return Err("usage: echo_client xds:///NAME | ADDR [ADDR...]".into()),

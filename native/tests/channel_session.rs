@@ -390,3 +390,207 @@ async fn a_session_survives_its_endpoint_changing_address_when_it_keeps_another(
         assert!(set.is_empty(), "{set:?}");
     }
 }
+
+/// One session of the drain test: its jar's client and every call's
+/// (phase when sent, backend or error, Set-Cookie count).
+struct DrainSession {
+    jar: tether::session::CookieJar,
+    client: tether_testkit::grpc::EchoClient<tether::session::CookieJarService<tether::Channel>>,
+}
+
+impl DrainSession {
+    fn new(ch: &tether::Channel) -> Self {
+        use tether::session::{CookieJar, CookieJarLayer, Layer};
+        let jar = CookieJar::new();
+        let client = tether_testkit::grpc::EchoClient::new(
+            CookieJarLayer::new(jar.clone()).layer(ch.clone()),
+        );
+        DrainSession { jar, client }
+    }
+
+    /// One call: the backend (or the error) and how many Set-Cookie came.
+    async fn call(&mut self) -> (Result<String, String>, usize) {
+        let mut request = tonic::Request::new(tether_testkit::grpc::EchoRequest {
+            message: "x".into(),
+        });
+        request.set_timeout(Duration::from_secs(20));
+        match self.client.echo(request).await {
+            Ok(r) => {
+                let set = r.metadata().get_all("set-cookie").iter().count();
+                (Ok(r.into_inner().backend), set)
+            }
+            Err(e) => (Err(format!("{:?}: {}", e.code(), e.message())), 0),
+        }
+    }
+}
+
+/// The drain-readiness entry of `addr`, if the channel lists it.
+async fn readiness(
+    ch: &tether::Channel,
+    addr: std::net::SocketAddr,
+) -> Option<tether::channel::ClusterSessions> {
+    let stats = ch.stats().await.expect("the channel answers");
+    stats
+        .sessions()
+        .into_iter()
+        .find(|s| s.sessions.address == addr)
+}
+
+/// Polls `ch`'s drain readiness until `done` holds (bounded: 10 s).
+async fn readiness_until(
+    ch: &tether::Channel,
+    addr: std::net::SocketAddr,
+    what: &str,
+    done: impl Fn(Option<&tether::channel::ClusterSessions>) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = readiness(ch, addr).await;
+        if done(r.as_ref()) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {r:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The drain: 200 sessions, each with its own jar, call continuously. One
+/// endpoint goes DRAINING: its sessions stay, no new session lands on it,
+/// and its drain readiness counts exactly its sessions. Then it is
+/// removed: its sessions move, each with one new cookie, other sessions
+/// never move, no call fails, and the address leaves the readiness list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_of_200_sessions_loses_no_call() {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+    use std::sync::Arc;
+
+    const SESSIONS: usize = 200;
+    const MAX_CALLS: usize = 400;
+    let bs = three().await;
+    let addrs: Vec<_> = bs.iter().map(|b| b.addr()).collect();
+    let f = Fixture::start(Mode::Serve).await;
+    let statuses = [
+        HealthStatus::Unknown,
+        HealthStatus::Healthy,
+        HealthStatus::Draining,
+    ];
+    serve_session(
+        &f,
+        vec![cluster_override_status("c", &statuses)],
+        vec![eds("c", vec![Loc::of(&addrs)], &[])],
+    );
+    let ch = channel(&f);
+
+    // Every session's first call pins it.
+    let mut sessions = Vec::new();
+    let mut pinned: HashMap<String, usize> = HashMap::new();
+    for _ in 0..SESSIONS {
+        let mut s = DrainSession::new(&ch);
+        let (backend, set) = s.call().await;
+        let backend = backend.expect("first calls succeed");
+        assert_eq!(set, 1, "a new session gets its cookie");
+        *pinned.entry(backend.clone()).or_default() += 1;
+        sessions.push((s, backend));
+    }
+    let (target, on_target) = pinned
+        .iter()
+        .max_by_key(|(_, n)| **n)
+        .map(|(b, n)| (b.clone(), *n))
+        .unwrap();
+    let target_addr = bs.iter().find(|b| b.name() == target).unwrap().addr();
+    assert!(on_target > 0 && pinned.len() == 3, "{pinned:?}");
+
+    // phase 0: all healthy; 1: target DRAINING; 2: target removed.
+    let phase = Arc::new(AtomicU8::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for (mut s, first) in sessions {
+        let (phase, stop) = (phase.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut log = Vec::new();
+            while !stop.load(Ordering::Relaxed) && log.len() < MAX_CALLS {
+                let p = phase.load(Ordering::Relaxed);
+                let (backend, set) = s.call().await;
+                log.push((p, backend, set));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (first, s.jar, log)
+        }));
+    }
+
+    // DRAINING: the readiness list shows it with exactly its sessions.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    f.set_resources(EDS, vec![draining(&bs, &target)]);
+    f.push(EDS);
+    phase.store(1, Ordering::Relaxed);
+    readiness_until(&ch, target_addr, "target DRAINING", |r| {
+        r.is_some_and(|r| {
+            r.sessions.health == tether::lb::HealthStatus::Draining
+                && r.sessions.sessions == on_target
+        })
+    })
+    .await;
+    // New sessions avoid it.
+    for _ in 0..30 {
+        let (backend, _) = DrainSession::new(&ch).call().await;
+        assert_ne!(backend.unwrap(), target, "a new session landed on DRAINING");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // Removed: its sessions move; it leaves the readiness list.
+    let rest: Vec<_> = bs
+        .iter()
+        .filter(|b| b.name() != target)
+        .map(|b| b.addr())
+        .collect();
+    f.set_resources(EDS, vec![eds("c", vec![Loc::of(&rest)], &[])]);
+    f.push(EDS);
+    phase.store(2, Ordering::Relaxed);
+    readiness_until(&ch, target_addr, "target removed", |r| r.is_none()).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    stop.store(true, Ordering::Relaxed);
+
+    let mut moved = 0;
+    for t in tasks {
+        let (first, jar, log) = t.await.unwrap();
+        let failed: Vec<_> = log.iter().filter(|(_, b, _)| b.is_err()).collect();
+        assert!(
+            failed.is_empty(),
+            "session on {first}: failed calls {failed:?}"
+        );
+        let backends: Vec<&str> = log.iter().map(|(_, b, _)| b.as_deref().unwrap()).collect();
+        let cookies: usize = log.iter().map(|(_, _, n)| n).sum();
+        if first != target {
+            assert!(
+                backends.iter().all(|b| *b == first),
+                "{first}: {backends:?}"
+            );
+            assert_eq!(cookies, 0, "{first}: a session that stays gets no cookie");
+            continue;
+        }
+        // Before the removal: on the target. After: one move, for good.
+        for (p, b, _) in &log {
+            if *p < 2 {
+                assert_eq!(b.as_deref().unwrap(), target, "DRAINING kept its session");
+            }
+        }
+        let at = backends
+            .iter()
+            .position(|b| *b != target)
+            .unwrap_or_else(|| panic!("a session on {target} never moved: {backends:?}"));
+        let new = backends[at];
+        assert!(
+            backends[at..].iter().all(|b| *b == new),
+            "moved once, for good: {backends:?}"
+        );
+        assert_eq!(cookies, 1, "one new cookie for the move");
+        assert!(jar.get("grpc-session").is_some());
+        moved += 1;
+    }
+    assert_eq!(moved, on_target);
+    // Every session lives on the two that stay.
+    let stats = ch.stats().await.unwrap();
+    let total: usize = stats.sessions().iter().map(|s| s.sessions.sessions).sum();
+    assert_eq!(total, SESSIONS + 30);
+}

@@ -15,6 +15,7 @@ fn config(endpoints: Vec<StaticEndpoint>) -> StaticConfig {
         cluster: "static-test".into(),
         endpoints,
         policy: EndpointPolicy::RoundRobin,
+        session: None,
     }
 }
 
@@ -282,6 +283,7 @@ async fn pick_first_stays_on_the_first_address_that_connects() {
         cluster: "pf".into(),
         endpoints: vec![StaticEndpoint::new(a.addr()), StaticEndpoint::new(b.addr())],
         policy: EndpointPolicy::PickFirst { shuffle: false },
+        session: None,
     })
     .unwrap();
     for _ in 0..20 {

@@ -156,6 +156,7 @@ async fn jar_over_tether_channel() {
             cluster: "cookie-echo".into(),
             endpoints: vec![StaticEndpoint::new(addr)],
             policy: EndpointPolicy::RoundRobin,
+            session: None,
         })
         .unwrap();
     let jar = CookieJar::new();

@@ -20,7 +20,22 @@ use super::config_selector::SessionCall;
 use super::work_serializer::{Routing, Shared, Snapshot};
 use super::{Inner, WaitForReady};
 use crate::lb::{CallAttributes, PickArgs, PickResult, Subchannel, Trackers};
+use crate::session::SessionId;
 use tether_core::session::{Emit, Served};
+
+/// The call's session for drain readiness: the caller's [`SessionId`]
+/// (its jar's), else the addresses its cookie names (cookies naming the
+/// same addresses count as one session); none for a call with neither.
+fn session_id(extensions: &http::Extensions, session: &SessionCall) -> Option<u64> {
+    if let Some(id) = extensions.get::<SessionId>() {
+        return Some(id.0);
+    }
+    let addresses = session.lookup.addresses()?;
+    let mut h = std::hash::DefaultHasher::new();
+    std::hash::Hash::hash(addresses.as_slice(), &mut h);
+    // The top bit keeps digests apart from jar ids (small counters).
+    Some(std::hash::Hasher::finish(&h) | 1 << 63)
+}
 
 /// Runs one call; failures become a trailers-only gRPC response.
 pub(crate) async fn call(inner: Arc<Inner>, request: http::Request<Body>) -> http::Response<Body> {
@@ -67,6 +82,10 @@ async fn run(
         cluster: call_config.cluster.name.clone(),
         hash: call_config.hash,
         override_addresses: call_config.session.as_ref().map(|s| s.override_addresses()),
+        session_id: call_config
+            .session
+            .as_ref()
+            .and_then(|s| session_id(request.extensions(), s)),
     };
 
     // Then a subchannel.

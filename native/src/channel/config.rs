@@ -17,11 +17,12 @@ use crate::xds::resource::cluster::{
 use crate::xds::resource::endpoint::{
     Endpoint, EndpointsResource, HealthSet, HealthStatus, LocalityEndpoints, LocalityName, Priority,
 };
-use crate::xds::resource::listener::HttpFilter;
+use crate::xds::resource::listener::{FilterConfig, HttpFilter, SessionState};
 use crate::xds::resource::route::{
     Action, ClusterSpecifier, PathMatcher, Route, RouteAction, RouteMatcher, VirtualHost,
 };
 use crate::xds::Resource;
+use tether_core::http::set_cookie::CookieSpec;
 
 /// One resolved listener: the virtual host for the channel's authority and
 /// every cluster its routes name, resolved down to endpoints.
@@ -172,6 +173,10 @@ pub struct StaticConfig {
     pub endpoints: Vec<StaticEndpoint>,
     /// The endpoint policy within each locality.
     pub policy: EndpointPolicy,
+    /// A stateful session cookie (gRFC A55) for every call, as an xDS
+    /// listener's `stateful_session` filter would set it; `None`: no
+    /// sessions. Sessions stay on an endpoint while it is in the config.
+    pub session: Option<CookieSpec>,
 }
 
 impl StaticConfig {
@@ -259,8 +264,19 @@ impl StaticConfig {
             }),
             filter_overrides: Default::default(),
         };
+        let http_filters = self
+            .session
+            .iter()
+            .map(|cookie| HttpFilter {
+                name: "static.stateful_session".to_owned(),
+                config: FilterConfig::StatefulSession(SessionState {
+                    cookie: Some(cookie.clone()),
+                    strict: false,
+                }),
+            })
+            .collect();
         Ok(ChannelConfig {
-            http_filters: Vec::new(),
+            http_filters,
             max_stream_duration: None,
             virtual_host: VirtualHost {
                 name: "static".to_owned(),

@@ -122,6 +122,41 @@ pub struct ChannelStats {
     pub tree: PolicyStats,
 }
 
+/// Drain readiness of one address in one cluster (see
+/// [`ChannelStats::sessions`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterSessions {
+    /// The cluster (for an aggregate, the leaf cluster holding the address).
+    pub cluster: String,
+    /// The address, its health and its sessions.
+    #[serde(flatten)]
+    pub sessions: crate::lb::override_host::AddressSessions,
+}
+
+impl ChannelStats {
+    /// Drain readiness: for every address of every cluster with sessions
+    /// on, how many sessions used it within the cluster's `idle_timeout`,
+    /// and its health. A DRAINING address at 0 has no session left.
+    pub fn sessions(&self) -> Vec<ClusterSessions> {
+        fn walk(node: &PolicyStats, cluster: &str, out: &mut Vec<ClusterSessions>) {
+            let cluster = match (node.policy, &node.name) {
+                ("cds", Some(name)) => name.as_str(),
+                _ => cluster,
+            };
+            out.extend(node.sessions.iter().map(|s| ClusterSessions {
+                cluster: cluster.to_owned(),
+                sessions: s.clone(),
+            }));
+            for c in &node.children {
+                walk(c, cluster, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.tree, "", &mut out);
+        out
+    }
+}
+
 pub(crate) struct Inner {
     target: String,
     /// gRPC's `io.grpc.channel_id` (hash policies may name it): unique per channel.

@@ -72,6 +72,7 @@ impl Target {
                     cluster: STATIC_CLUSTER.to_owned(),
                     endpoints,
                     policy: EndpointPolicy::RoundRobin,
+                    session: None,
                 }))
             }
             _ => Err(err(format!(

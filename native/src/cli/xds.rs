@@ -537,6 +537,7 @@ fn lb_json(p: &LbPolicy) -> Value {
             "minimum_ring_size": min_ring_size,
             "maximum_ring_size": max_ring_size,
         }}),
+        LbPolicy::Maglev { table_size } => json!({ "maglev": { "table_size": table_size } }),
         LbPolicy::LeastRequest { choice_count } => {
             json!({ "least_request": { "choice_count": choice_count } })
         }

@@ -7,9 +7,11 @@
 //!       └ xds_cluster_impl ─ drops, circuit breaking, the cluster's name
 //!         └ xds_override_host ─ sessions stay on their endpoint (A55, A75)
 //!           └ priority ─ failover between the cluster's priorities (A56)
-//!               └ xds_wrr_locality ─ the priority's localities
-//!                   └ weighted_target ─ a child per locality, by weight
-//!                       └ round_robin | pick_first ─ over the endpoints
+//!               ├ xds_wrr_locality ─ the priority's localities
+//!               │   └ weighted_target ─ a child per locality, by weight
+//!               │       └ round_robin | pick_first ─ over the endpoints
+//!               └ ring_hash ─ (RING_HASH, opt-in MAGLEV) one table over
+//!                   all the priority's localities, picked by the call's hash
 //! ```
 //!
 //! Every policy is a synchronous state machine that runs on the channel's one
@@ -27,12 +29,14 @@ pub mod override_host;
 pub mod pick_first;
 pub mod priority;
 pub(crate) mod random;
+pub mod ring_hash;
 pub mod round_robin;
 pub mod weighted_target;
 pub mod wrr_locality;
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,6 +84,11 @@ pub struct CallAttributes {
     /// session's addresses in the cookie's order (gRFC A55/A61), empty when
     /// the call has no session yet.
     pub override_addresses: Option<Arc<[SocketAddr]>>,
+    /// Which session the call belongs to, when the session filter is on:
+    /// the caller's [`crate::session::SessionId`] (a cookie jar's), else a
+    /// digest of the addresses its cookie names. Counted per endpoint for
+    /// drain readiness.
+    pub session_id: Option<u64>,
 }
 
 /// What a picker sees of a call.
@@ -234,6 +243,7 @@ pub struct TimerToken(pub u64);
 #[derive(Debug)]
 pub struct Timer {
     token: TimerToken,
+    deadline: Instant,
     task: tokio::task::AbortHandle,
 }
 
@@ -242,11 +252,29 @@ impl Timer {
     pub fn token(&self) -> TimerToken {
         self.token
     }
+
+    /// When it fires.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
 }
 
 impl Drop for Timer {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// Names one policy for the events addressed to it; never reused within
+/// the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyId(pub u64);
+
+impl PolicyId {
+    /// An id no policy had before.
+    pub fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        PolicyId(NEXT.fetch_add(1, Ordering::Relaxed))
     }
 }
 
@@ -263,6 +291,10 @@ pub enum Event {
     /// A session used this endpoint for the first time since its policy
     /// last let go of its subchannel: the policy keeps (owns) it.
     SessionUsed(SocketAddr),
+    /// A `ring_hash` picker chose an IDLE endpoint: that policy starts
+    /// connecting the endpoint whose first address this is (pickers cannot
+    /// change a policy's endpoints themselves).
+    ConnectEndpoint(PolicyId, SocketAddr),
 }
 
 /// What a policy can do from the LB task: create subchannels, start timers,
@@ -313,12 +345,14 @@ impl<'a> Ctx<'a> {
         *self.next_timer += 1;
         let token = TimerToken(*self.next_timer);
         let events = self.events.clone();
+        let deadline = Instant::now() + delay;
         let task = tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
+            tokio::time::sleep_until(deadline).await;
             let _ = events.send(Event::Timer(token));
         });
         Timer {
             token,
+            deadline,
             task: task.abort_handle(),
         }
     }
@@ -345,6 +379,10 @@ pub struct PolicyStats {
     /// Its subchannels (leaf policies).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<crate::subchannel::SubchannelStats>,
+    /// Drain readiness per address (`xds_override_host`): sessions within
+    /// its `idle_timeout` and health.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<override_host::AddressSessions>,
     /// Its children.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<PolicyStats>,
@@ -391,6 +429,8 @@ pub enum LbConfig {
     RoundRobin(round_robin::Config),
     /// `pick_first`.
     PickFirst(pick_first::Config),
+    /// `ring_hash` (a ring, or a Maglev table when opted in).
+    RingHash(ring_hash::Config),
 }
 
 impl LbConfig {
@@ -406,6 +446,7 @@ impl LbConfig {
             LbConfig::WeightedTarget(_) => "weighted_target",
             LbConfig::RoundRobin(_) => "round_robin",
             LbConfig::PickFirst(_) => "pick_first",
+            LbConfig::RingHash(_) => "ring_hash",
         }
     }
 
@@ -421,6 +462,7 @@ impl LbConfig {
             LbConfig::WeightedTarget(_) => Box::new(weighted_target::WeightedTarget::new()),
             LbConfig::RoundRobin(_) => Box::new(round_robin::RoundRobin::new()),
             LbConfig::PickFirst(_) => Box::new(pick_first::PickFirst::new()),
+            LbConfig::RingHash(_) => Box::new(ring_hash::RingHash::new()),
         }
     }
 }

@@ -160,9 +160,34 @@ fn default_path(request_path: &str) -> &str {
 /// Paths are matched with `tether-core`'s [`path_matches`]: on a request
 /// path without query or fragment (the layer passes the URI's path) it is
 /// exactly RFC 6265 §5.1.4 path-match, and stored paths are never empty.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct CookieJar {
     store: Arc<Mutex<Store>>,
+    id: SessionId,
+}
+
+/// Identifies one session (one [`CookieJar`] and its clones) to the
+/// channel, which counts the sessions on each endpoint for drain
+/// readiness. [`CookieJarService`] puts it in every request's extensions;
+/// a caller with its own jar can do the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SessionId(pub u64);
+
+impl SessionId {
+    /// A new identity, distinct from every other made in this process.
+    pub fn unique() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        SessionId(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Default for CookieJar {
+    fn default() -> Self {
+        CookieJar {
+            store: Arc::default(),
+            id: SessionId::unique(),
+        }
+    }
 }
 
 impl fmt::Debug for CookieJar {
@@ -186,6 +211,11 @@ impl CookieJar {
     /// An empty jar.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The session this jar is.
+    pub fn session_id(&self) -> SessionId {
+        self.id
     }
 
     fn lock(&self) -> MutexGuard<'_, Store> {
@@ -432,6 +462,7 @@ where
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let path = request.uri().path().to_owned();
         self.jar.apply_to_request(request.headers_mut(), &path);
+        request.extensions_mut().insert(self.jar.id);
         ResponseFuture::new(self.inner.call(request), self.jar.clone(), path)
     }
 }

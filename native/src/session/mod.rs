@@ -14,7 +14,7 @@
 pub mod future;
 pub mod jar;
 
-pub use jar::{CookieJar, CookieJarLayer, CookieJarService, JarError};
+pub use jar::{CookieJar, CookieJarLayer, CookieJarService, JarError, SessionId};
 /// tower's `Layer` trait, so that `CookieJarLayer::new(jar).layer(channel)`
 /// needs no tower crate of the caller's.
 pub use tower_layer::Layer;

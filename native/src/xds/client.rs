@@ -34,7 +34,7 @@ use tonic::transport::{Channel, Endpoint};
 use super::backoff::{Backoff, BackoffConfig};
 use super::bootstrap::{Bootstrap, BootstrapError};
 use super::error::{code_name, XdsError};
-use super::resource::{self, Resource, ResourceKind, ValidationError};
+use super::resource::{self, Resource, ResourceKind, ValidationError, ValidationOptions};
 
 /// gRFC A57's does-not-exist timeout.
 pub const DOES_NOT_EXIST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -152,6 +152,9 @@ pub struct ClientOptions {
     pub backoff_seed: Option<u64>,
     /// The does-not-exist timeout.
     pub does_not_exist_timeout: Duration,
+    /// What resource validation accepts beyond gRPC's rules (default:
+    /// nothing, so the client NACKs what gRPC NACKs), e.g. MAGLEV clusters.
+    pub validation: ValidationOptions,
 }
 
 impl Default for ClientOptions {
@@ -160,6 +163,7 @@ impl Default for ClientOptions {
             backoff: BackoffConfig::default(),
             backoff_seed: None,
             does_not_exist_timeout: DOES_NOT_EXIST_TIMEOUT,
+            validation: ValidationOptions::default(),
         }
     }
 }
@@ -224,6 +228,7 @@ impl XdsClient {
             deadlines: HashMap::new(),
             backoff,
             dne_timeout: options.does_not_exist_timeout,
+            validation: options.validation,
             channel_error: None,
         };
         let handle = tokio::spawn(actor.run());
@@ -387,6 +392,7 @@ struct Actor {
     deadlines: HashMap<Key, Instant>,
     backoff: Backoff,
     dne_timeout: Duration,
+    validation: ValidationOptions,
     /// The connectivity error of the last failed stream, until a response.
     channel_error: Option<XdsError>,
 }
@@ -721,7 +727,7 @@ impl Actor {
         let mut invalid: Vec<(Option<String>, ValidationError)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for any in &resp.resources {
-            let decoded = resource::decode(kind, any);
+            let decoded = resource::decode_with(kind, any, self.validation);
             match decoded.result {
                 Ok(r) => {
                     let name = r.name().to_owned();

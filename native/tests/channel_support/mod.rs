@@ -33,6 +33,8 @@ pub struct Loc {
     pub zone: &'static str,
     pub weight: u32,
     pub endpoints: Vec<(SocketAddr, core::HealthStatus)>,
+    /// Endpoint weights in order (unset when empty).
+    pub endpoint_weights: Vec<u32>,
 }
 
 impl Loc {
@@ -46,7 +48,14 @@ impl Loc {
                 .iter()
                 .map(|a| (*a, core::HealthStatus::Healthy))
                 .collect(),
+            endpoint_weights: Vec::new(),
         }
+    }
+
+    /// The endpoints' weights, in order.
+    pub fn weights(mut self, weights: &[u32]) -> Loc {
+        self.endpoint_weights = weights.to_vec();
+        self
     }
 
     pub fn priority(mut self, p: u32) -> Loc {
@@ -90,7 +99,8 @@ pub fn eds(cluster: &str, localities: Vec<Loc>, drops: &[(&str, u32)]) -> Any {
                 lb_endpoints: l
                     .endpoints
                     .into_iter()
-                    .map(|(a, h)| epb::LbEndpoint {
+                    .enumerate()
+                    .map(|(i, (a, h))| epb::LbEndpoint {
                         host_identifier: Some(epb::lb_endpoint::HostIdentifier::Endpoint(
                             epb::Endpoint {
                                 address: Some(address(a)),
@@ -98,6 +108,10 @@ pub fn eds(cluster: &str, localities: Vec<Loc>, drops: &[(&str, u32)]) -> Any {
                             },
                         )),
                         health_status: h as i32,
+                        load_balancing_weight: l
+                            .endpoint_weights
+                            .get(i)
+                            .map(|w| UInt32Value { value: *w }),
                         ..Default::default()
                     })
                     .collect(),

@@ -2,7 +2,10 @@
 //!
 //! A leaf cluster becomes `xds_cluster_impl` → `xds_override_host` →
 //! `priority` (a child per EDS priority) → `xds_wrr_locality` → the
-//! cluster's endpoint policy. An
+//! cluster's endpoint policy; or, for a RING_HASH (or opted-in MAGLEV)
+//! cluster, → `ring_hash` directly under `priority`, one table over all the
+//! priority's localities (splitting by locality first would break the
+//! hash's affinity). An
 //! aggregate cluster (gRFC A75) becomes a `priority` whose children are the
 //! `cds` trees of its leaf clusters, in order, so failover between them is
 //! the priority policy's. A cluster that could not be resolved reports
@@ -16,13 +19,14 @@ use std::sync::Arc;
 use super::cluster_impl;
 use super::override_host;
 use super::priority;
+use super::ring_hash;
 use super::wrr_locality::{self, EndpointPolicy, Locality};
 use super::{
     Child, ConnectivityState, Ctx, EndpointAddresses, Event, FailPicker, HealthStatus, LbConfig,
     LbPolicy, PolicyStats, SharedPicker,
 };
 use crate::xds::resource::cluster::{ClusterResource, LbPolicy as ClusterLbPolicy};
-use crate::xds::resource::endpoint::{Endpoint, EndpointsResource};
+use crate::xds::resource::endpoint::{Endpoint, EndpointsResource, Priority};
 
 /// A leaf cluster with its endpoints.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,16 +70,42 @@ impl Config {
     }
 }
 
-/// The endpoint policy of a cluster's `lb_policy`, or why the channel
-/// cannot run it yet.
-fn endpoint_policy(policy: &ClusterLbPolicy) -> Result<EndpointPolicy, String> {
+/// What runs under each priority of a leaf cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PriorityPolicy {
+    /// `xds_wrr_locality` with this policy in each locality.
+    Localities(EndpointPolicy),
+    /// `ring_hash` over all the localities, with this table.
+    Hash(ring_hash::Table),
+}
+
+/// The policy under each priority for a cluster's `lb_policy`, or why the
+/// channel cannot run it yet.
+fn priority_policy(policy: &ClusterLbPolicy) -> Result<PriorityPolicy, String> {
     match policy {
-        ClusterLbPolicy::RoundRobin => Ok(EndpointPolicy::RoundRobin),
+        ClusterLbPolicy::RoundRobin => Ok(PriorityPolicy::Localities(EndpointPolicy::RoundRobin)),
         ClusterLbPolicy::PickFirst { shuffle } => {
-            Ok(EndpointPolicy::PickFirst { shuffle: *shuffle })
+            Ok(PriorityPolicy::Localities(EndpointPolicy::PickFirst {
+                shuffle: *shuffle,
+            }))
         }
-        ClusterLbPolicy::WrrLocality(inner) => endpoint_policy(inner),
-        ClusterLbPolicy::RingHash { .. } => Err("ring_hash".to_owned()),
+        ClusterLbPolicy::WrrLocality(inner) => match priority_policy(inner)? {
+            PriorityPolicy::Localities(p) => Ok(PriorityPolicy::Localities(p)),
+            // gRPC would build one ring per locality, under weighted_target.
+            PriorityPolicy::Hash(_) => Err("ring_hash under wrr_locality".to_owned()),
+        },
+        ClusterLbPolicy::RingHash {
+            min_ring_size,
+            max_ring_size,
+        } => Ok(PriorityPolicy::Hash(ring_hash::Table::Ring {
+            min_ring_size: *min_ring_size,
+            max_ring_size: *max_ring_size,
+        })),
+        ClusterLbPolicy::Maglev { table_size } => {
+            Ok(PriorityPolicy::Hash(ring_hash::Table::Maglev {
+                table_size: *table_size,
+            }))
+        }
         ClusterLbPolicy::LeastRequest { .. } => Err("least_request".to_owned()),
     }
 }
@@ -89,9 +119,27 @@ fn endpoint_addresses(e: &Endpoint) -> EndpointAddresses {
     }
 }
 
+/// A priority's localities with the endpoints the endpoint policies may
+/// use (DRAINING ones left out).
+fn localities(p: &Priority) -> Vec<Locality> {
+    p.localities
+        .iter()
+        .map(|l| Locality {
+            name: l.locality.clone(),
+            weight: l.weight,
+            endpoints: l
+                .endpoints
+                .iter()
+                .filter(|e| e.health != HealthStatus::Draining)
+                .map(endpoint_addresses)
+                .collect(),
+        })
+        .collect()
+}
+
 /// The `xds_cluster_impl` subtree of a leaf cluster.
 fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
-    let policy = endpoint_policy(&leaf.cluster.lb_policy).map_err(|p| {
+    let policy = priority_policy(&leaf.cluster.lb_policy).map_err(|p| {
         format!(
             "cluster {}: lb policy {p} is not supported by tether's channel yet",
             leaf.name
@@ -103,27 +151,19 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            let localities = p
-                .localities
-                .iter()
-                .map(|l| Locality {
-                    name: l.locality.clone(),
-                    weight: l.weight,
-                    endpoints: l
-                        .endpoints
-                        .iter()
-                        .filter(|e| e.health != HealthStatus::Draining)
-                        .map(endpoint_addresses)
-                        .collect(),
-                })
-                .collect();
-            (
-                format!("{}[priority-{i}]", leaf.name),
-                LbConfig::WrrLocality(wrr_locality::Config {
-                    localities,
-                    child_policy: policy,
-                }),
-            )
+            let localities = localities(p);
+            let child = match policy {
+                PriorityPolicy::Localities(child_policy) => {
+                    LbConfig::WrrLocality(wrr_locality::Config {
+                        localities,
+                        child_policy,
+                    })
+                }
+                PriorityPolicy::Hash(table) => {
+                    LbConfig::RingHash(ring_hash::Config { localities, table })
+                }
+            };
+            (format!("{}[priority-{i}]", leaf.name), child)
         })
         .collect();
     // Every endpoint, DRAINING included, for sessions (A55).
@@ -233,6 +273,7 @@ impl LbPolicy for Cds {
             state: self.state(),
             facts: Vec::new(),
             endpoints: Vec::new(),
+            sessions: Vec::new(),
             children: self.child.iter().map(|c| c.get().stats()).collect(),
         }
     }

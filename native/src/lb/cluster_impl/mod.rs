@@ -131,6 +131,7 @@ impl LbPolicy for ClusterImpl {
             state: self.state(),
             facts,
             endpoints: Vec::new(),
+            sessions: Vec::new(),
             children: self.child.iter().map(|c| c.get().stats()).collect(),
         }
     }

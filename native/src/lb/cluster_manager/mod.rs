@@ -132,6 +132,7 @@ impl LbPolicy for ClusterManager {
             state: self.state,
             facts: Vec::new(),
             endpoints: Vec::new(),
+            sessions: Vec::new(),
             children: self.children.values().map(|c| c.get().stats()).collect(),
         }
     }

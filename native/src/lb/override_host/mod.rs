@@ -15,16 +15,17 @@
 //! The policy keeps (owns) the subchannel of an endpoint a session used
 //! within `idle_timeout`, so it survives the child letting go of it (a
 //! priority switched off, a DRAINING endpoint). A sweep lets go of those
-//! unused for `idle_timeout`: the first `idle_timeout` after the first
-//! update, then when the oldest kept one would expire, at least 5 s apart,
-//! none while the map is empty.
+//! unused for `idle_timeout`. As in C-core, every update and every sweep
+//! re-arms the sweep for when the oldest address used within
+//! `idle_timeout` would expire (`idle_timeout` if none was), at least 5 s
+//! ahead; none is armed while the map is empty.
 
 pub mod picker;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -70,6 +71,9 @@ pub struct MapEntry {
     /// The policy owns the subchannel (it was told with
     /// [`Event::SessionUsed`]).
     owned: AtomicBool,
+    /// The sessions that used it: session id → `last_used_ms`. Pruned by
+    /// the sweep; read for drain readiness.
+    sessions: Mutex<HashMap<u64, u64>>,
 }
 
 impl MapEntry {
@@ -80,6 +84,37 @@ impl MapEntry {
     fn set_subchannel(&self, sc: Option<&Subchannel>) {
         self.subchannel.store(sc.map(|s| Arc::new(s.downgrade())));
     }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<u64, u64>> {
+        // Inserts and retains cannot leave the map half-changed.
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Forgets sessions unused for `idle_ms`; how many remain and when the
+    /// latest used it.
+    fn prune_sessions(&self, now: u64, idle_ms: u64) -> (usize, Option<u64>) {
+        let mut sessions = self.sessions();
+        sessions.retain(|_, last| now.saturating_sub(*last) < idle_ms);
+        (sessions.len(), sessions.values().max().copied())
+    }
+}
+
+/// Drain readiness of one address of a cluster: the sessions that used it
+/// within `idle_timeout`, and its health. A DRAINING endpoint whose count
+/// reached 0 can be removed without moving a live session.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AddressSessions {
+    /// The address.
+    pub address: SocketAddr,
+    /// Its endpoint's EDS health.
+    pub health: HealthStatus,
+    /// Sessions (jars, or distinct cookies) that used it within
+    /// `idle_timeout`.
+    pub sessions: usize,
+    /// Milliseconds since a session last used it, if one did within
+    /// `idle_timeout`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_used_ms_ago: Option<u64>,
 }
 
 /// The address map pickers read.
@@ -151,9 +186,10 @@ impl OverrideHost {
                     addresses: list.into(),
                     subchannel: ArcSwapOption::empty(),
                     last_used_ms: AtomicU64::new(
-                        old.map_or(0, |o| o.last_used_ms.load(Ordering::Relaxed)),
+                        old.map_or(NEVER, |o| o.last_used_ms.load(Ordering::Relaxed)),
                     ),
                     owned: AtomicBool::new(self.owned.contains_key(addr)),
+                    sessions: Mutex::new(old.map(|o| o.sessions().clone()).unwrap_or_default()),
                 };
                 entry.set_subchannel(
                     self.owned
@@ -183,27 +219,41 @@ impl OverrideHost {
         true
     }
 
-    /// Starts the sweep timer if there is something to sweep and none runs.
+    /// How long until the next sweep: `idle_timeout`, or less when an
+    /// address used within it expires sooner. C-core computes this over
+    /// the whole map on every update and after every sweep.
+    fn next_sweep(&self) -> Duration {
+        let idle = self.idle_timeout();
+        let idle_ms = idle.as_millis() as u64;
+        let now = self.now_ms();
+        self.map
+            .values()
+            .map(|e| e.last_used_ms.load(Ordering::Relaxed))
+            .filter(|&last| last != NEVER && now.saturating_sub(last) < idle_ms)
+            .map(|last| Duration::from_millis(last + idle_ms - now))
+            .min()
+            .map_or(idle, |d| d.min(idle))
+    }
+
+    /// (Re)arms the sweep timer `delay` from now, at least
+    /// [`MIN_SWEEP_INTERVAL`]; none while the map is empty.
     fn arm_sweep(&mut self, ctx: &mut Ctx<'_>, delay: Duration) {
-        if self.sweep.is_none() && !self.map.is_empty() {
-            self.sweep = Some(ctx.timer(delay.max(MIN_SWEEP_INTERVAL)));
-        }
+        self.sweep = (!self.map.is_empty()).then(|| ctx.timer(delay.max(MIN_SWEEP_INTERVAL)));
     }
 
     /// Lets go of subchannels no session used within `idle_timeout`, and
-    /// plans the next sweep for when the oldest kept one would expire.
+    /// plans the next sweep for when the oldest used address would expire.
     fn run_sweep(&mut self, ctx: &mut Ctx<'_>) {
         self.sweep = None;
         let now = self.now_ms();
         let idle_ms = self.idle_timeout().as_millis() as u64;
-        let mut oldest: Option<u64> = None;
         let map = self.map.clone();
         self.owned.retain(|addr, _| {
             let Some(e) = map.get(addr) else {
                 return false;
             };
             let last = e.last_used_ms.load(Ordering::Relaxed);
-            if now.saturating_sub(last) >= idle_ms {
+            if last == NEVER || now.saturating_sub(last) >= idle_ms {
                 log::debug!(
                     "{}: session endpoint {addr} idle, subchannel released",
                     ctx.target
@@ -211,15 +261,43 @@ impl OverrideHost {
                 e.owned.store(false, Ordering::Relaxed);
                 false
             } else {
-                oldest = Some(oldest.map_or(last, |o| o.min(last)));
                 true
             }
         });
-        let next = match oldest {
-            Some(last) => Duration::from_millis((last + idle_ms).saturating_sub(now)),
-            None => self.idle_timeout(),
-        };
+        for (addr, e) in map.iter() {
+            let had = !e.sessions().is_empty();
+            let (left, _) = e.prune_sessions(now, idle_ms);
+            if had && left == 0 && e.health == HealthStatus::Draining {
+                log::info!(
+                    "{}: DRAINING endpoint {addr} has no sessions left: it can be removed",
+                    ctx.target
+                );
+            }
+        }
+        let next = self.next_sweep();
         self.arm_sweep(ctx, next);
+    }
+
+    /// Drain readiness: each address's sessions within `idle_timeout` and
+    /// its health, in address order.
+    pub fn sessions(&self) -> Vec<AddressSessions> {
+        let now = self.now_ms();
+        let idle_ms = self.idle_timeout().as_millis() as u64;
+        let mut out: Vec<AddressSessions> = self
+            .map
+            .iter()
+            .map(|(addr, e)| {
+                let (sessions, last) = e.prune_sessions(now, idle_ms);
+                AddressSessions {
+                    address: *addr,
+                    health: e.health,
+                    sessions,
+                    last_used_ms_ago: last.map(|l| now.saturating_sub(l)),
+                }
+            })
+            .collect();
+        out.sort_by_key(|a| a.address);
+        out
     }
 
     /// Keeps the subchannel of `addr` for sessions.
@@ -238,14 +316,20 @@ impl OverrideHost {
         e.set_subchannel(Some(&sc));
         e.owned.store(true, Ordering::Relaxed);
         self.owned.insert(addr, sc);
-        self.arm_sweep(ctx, self.idle_timeout());
+        if self.sweep.is_none() {
+            self.arm_sweep(ctx, self.idle_timeout());
+        }
         true
     }
 }
 
-/// Milliseconds since `epoch`, never 0 (which means "never used").
+/// `last_used_ms` of an address no session used.
+const NEVER: u64 = 0;
+
+/// Milliseconds since `epoch`, plus one so that no use is [`NEVER`] (the
+/// offset cancels out of every difference).
 fn now_ms(epoch: Instant) -> u64 {
-    (epoch.elapsed().as_millis() as u64).max(1)
+    epoch.elapsed().as_millis() as u64 + 1
 }
 
 impl LbPolicy for OverrideHost {
@@ -261,7 +345,7 @@ impl LbPolicy for OverrideHost {
             .iter()
             .filter(|(_, e)| {
                 let last = e.last_used_ms.load(Ordering::Relaxed);
-                last != 0 && now.saturating_sub(last) < idle_ms
+                last != NEVER && now.saturating_sub(last) < idle_ms
             })
             .map(|(a, _)| *a)
             .collect();
@@ -270,12 +354,10 @@ impl LbPolicy for OverrideHost {
         }
         self.rebuild_map(ctx, &config.endpoints);
         Child::update_in(&mut self.child, ctx, (*config.child).clone());
-        let first = self.config.is_none();
-        let timeout = config.idle_timeout;
         self.config = Some(config);
-        if first {
-            self.arm_sweep(ctx, timeout);
-        }
+        // Every update re-arms the sweep, as C-core does.
+        let next = self.next_sweep();
+        self.arm_sweep(ctx, next);
         self.refresh(ctx)
     }
 
@@ -329,7 +411,12 @@ impl LbPolicy for OverrideHost {
             facts: vec![
                 ("addresses".to_owned(), self.map.len().to_string()),
                 ("owned_subchannels".to_owned(), self.owned.len().to_string()),
+                (
+                    "idle_timeout_s".to_owned(),
+                    self.idle_timeout().as_secs().to_string(),
+                ),
             ],
+            sessions: self.sessions(),
             endpoints: Vec::new(),
             children: self.child.iter().map(|c| c.get().stats()).collect(),
         }

@@ -59,17 +59,19 @@ impl OverrideHostPicker {
 
     /// A session uses `entry`: note when, and have the LB task keep its
     /// subchannel (told once per ownership).
-    fn used(&self, addr: SocketAddr, entry: &MapEntry) {
-        entry
-            .last_used_ms
-            .store(now_ms(self.epoch), Ordering::Relaxed);
+    fn used(&self, addr: SocketAddr, entry: &MapEntry, session: Option<u64>) {
+        let now = now_ms(self.epoch);
+        entry.last_used_ms.store(now, Ordering::Relaxed);
+        if let Some(id) = session {
+            entry.sessions().insert(id, now);
+        }
         if !entry.owned.swap(true, Ordering::Relaxed) {
             let _ = self.events.send(Event::SessionUsed(addr));
         }
     }
 
     /// The session pick, or `None` to let the child pick.
-    fn session_pick(&self, addresses: &[SocketAddr]) -> Option<PickResult> {
+    fn session_pick(&self, addresses: &[SocketAddr], session: Option<u64>) -> Option<PickResult> {
         let mut idle: Option<Subchannel> = None;
         let mut connecting = false;
         let mut without_subchannel: Option<SocketAddr> = None;
@@ -83,7 +85,7 @@ impl OverrideHostPicker {
             match entry.subchannel() {
                 Some(sc) => match sc.state() {
                     ConnectivityState::Ready => {
-                        self.used(*addr, entry);
+                        self.used(*addr, entry, session);
                         let mut pick = Pick::of(sc);
                         pick.endpoint = Some(entry.addresses.clone());
                         return Some(PickResult::Complete(pick));
@@ -117,7 +119,7 @@ impl OverrideHostPicker {
 impl Picker for OverrideHostPicker {
     fn pick(&self, args: &PickArgs<'_>) -> PickResult {
         if let Some(addresses) = &args.attributes.override_addresses {
-            if let Some(result) = self.session_pick(addresses) {
+            if let Some(result) = self.session_pick(addresses, args.attributes.session_id) {
                 return result;
             }
         }
@@ -127,7 +129,7 @@ impl Picker for OverrideHostPicker {
                 if let Some(entry) = self.map.get(&addr) {
                     // A new session starts on this endpoint.
                     if args.attributes.override_addresses.is_some() {
-                        self.used(addr, entry);
+                        self.used(addr, entry, args.attributes.session_id);
                     }
                     pick.endpoint = Some(entry.addresses.clone());
                 }

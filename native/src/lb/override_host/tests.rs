@@ -144,6 +144,93 @@ async fn sweeps_are_at_least_5_s_apart_and_none_runs_with_an_empty_map() {
             }),
         )
     });
-    let _ = h.next_timer().await;
     assert!(h.policy.sweep.is_none(), "no sweep with an empty map");
+}
+
+fn config_of(addrs: &[SocketAddr]) -> LbConfig {
+    LbConfig::OverrideHost(Config {
+        override_host_status: HealthSet::default_override(),
+        idle_timeout: Duration::from_secs(60),
+        endpoints: addrs
+            .iter()
+            .map(|a| EndpointAddresses {
+                addresses: vec![*a],
+                weight: 1,
+                health: HealthStatus::Healthy,
+            })
+            .collect(),
+        child: Box::new(LbConfig::RoundRobin(round_robin::Config::default())),
+    })
+}
+
+impl Harness {
+    /// A session uses `addr` now: the policy owns its subchannel.
+    fn use_now(&mut self, addr: SocketAddr) {
+        self.with(|p, ctx| p.event(ctx, &Event::SessionConnect(addr)));
+        self.policy.map[&addr]
+            .last_used_ms
+            .store(now_ms(self.policy.epoch), Ordering::Relaxed);
+    }
+
+    fn sweep_due(&self) -> Duration {
+        let t = self.policy.sweep.as_ref().expect("a sweep is armed");
+        t.deadline() - Instant::now()
+    }
+}
+
+/// INTEROP.md section 4's timer vector for C-core's idle sweep
+/// (idle_timeout 60 s): 60 s after the first update; 55 s after an update
+/// at +5 s (a session used an address at 0 s); a sweep that finds one
+/// expiring in 1 s re-arms 5 s; then 55 s for an address used at the
+/// sweep before.
+#[tokio::test(start_paused = true)]
+async fn the_sweep_timers_follow_c_cores_vector() {
+    let (a, b, c) = (refused(), refused(), refused());
+    let mut h = Harness::new();
+    let start = Instant::now();
+    h.with(|p, ctx| p.update(ctx, config_of(&[a, b, c])));
+    assert_eq!(h.sweep_due(), Duration::from_secs(60));
+    h.use_now(a);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    h.use_now(b);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    h.with(|p, ctx| p.update(ctx, config_of(&[a, b, c])));
+    assert_eq!(
+        h.sweep_due(),
+        Duration::from_secs(55),
+        "re-armed by the update"
+    );
+    let first = h.next_timer().await;
+    assert_eq!(first - start, Duration::from_secs(60));
+    assert!(h.pool.peek(a).is_none(), "a, unused for 60 s, released");
+    assert!(h.pool.peek(b).is_some(), "b, used 59 s ago, kept");
+    assert_eq!(h.sweep_due(), MIN_SWEEP_INTERVAL, "b expires in 1 s: 5 s");
+    h.use_now(c);
+    let second = h.next_timer().await;
+    assert_eq!(second - start, Duration::from_secs(65));
+    assert!(h.pool.peek(b).is_none(), "b released at its turn");
+    assert!(h.pool.peek(c).is_some());
+    assert_eq!(h.sweep_due(), Duration::from_secs(55), "c, used 5 s ago");
+    let third = h.next_timer().await;
+    assert_eq!(third - start, Duration::from_secs(120));
+    assert!(h.pool.peek(c).is_none());
+    assert_eq!(
+        h.sweep_due(),
+        Duration::from_secs(60),
+        "nothing used: idle_timeout"
+    );
+}
+
+/// C-core re-arms the sweep on every update, from the update: an update at
+/// +5 s with nothing used moves the sweep from +60 s to +65 s.
+#[tokio::test(start_paused = true)]
+async fn an_update_re_arms_the_sweep_from_the_update() {
+    let a = refused();
+    let mut h = Harness::new();
+    let start = Instant::now();
+    h.with(|p, ctx| p.update(ctx, config_of(&[a])));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    h.with(|p, ctx| p.update(ctx, config_of(&[a])));
+    let fired = h.next_timer().await;
+    assert_eq!(fired - start, Duration::from_secs(65));
 }

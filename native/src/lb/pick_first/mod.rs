@@ -8,10 +8,14 @@
 //! one connects ("sticky"), each address retrying when its backoff ends.
 //!
 //! Unlike gRPC's standalone pick_first, a list whose connection closes
-//! reconnects at once instead of waiting IDLE for the next call.
+//! reconnects at once instead of waiting IDLE for the next call. A lazy list
+//! ([`AddressList::idle`], ring_hash's endpoints) is the exception: it
+//! starts IDLE, connects only when asked, and goes back to IDLE when its
+//! connection closes, as gRPC's pick_first does.
 
 mod picker;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 
 use super::{
@@ -41,6 +45,9 @@ pub struct AddressList {
     selected: Option<usize>,
     state: ConnectivityState,
     last_error: Option<String>,
+    /// Starts IDLE and returns to IDLE when its connection closes, instead
+    /// of connecting on its own.
+    lazy: bool,
 }
 
 impl AddressList {
@@ -56,17 +63,61 @@ impl AddressList {
             selected: None,
             state: ConnectivityState::Connecting,
             last_error: None,
+            lazy: false,
         };
-        if let Some(i) = list
+        list.start();
+        list
+    }
+
+    /// A lazy list for `addresses`: IDLE, with no connection attempt until
+    /// [`AddressList::exit_idle`], and IDLE again when its connection
+    /// closes (ring_hash connects endpoints only when picks need them).
+    /// While IDLE it only notes its subchannels' states.
+    pub fn idle(ctx: &Ctx<'_>, addresses: &[SocketAddr]) -> Self {
+        let subchannels: Vec<Subchannel> = addresses.iter().map(|a| ctx.subchannel(*a)).collect();
+        let states = subchannels.iter().map(Subchannel::state).collect();
+        AddressList {
+            subchannels,
+            states,
+            attempting: 0,
+            selected: None,
+            state: ConnectivityState::Idle,
+            last_error: None,
+            lazy: true,
+        }
+    }
+
+    /// Starts connecting an IDLE list; returns whether it was IDLE.
+    pub fn exit_idle(&mut self) -> bool {
+        if self.state != ConnectivityState::Idle {
+            return false;
+        }
+        self.state = ConnectivityState::Connecting;
+        self.start();
+        true
+    }
+
+    /// Takes a READY subchannel if there is one (shared subchannels may be
+    /// connected already), else starts a pass.
+    fn start(&mut self) {
+        if let Some(i) = self
             .states
             .iter()
             .position(|s| *s == ConnectivityState::Ready)
         {
-            list.select(i);
+            self.select(i);
         } else {
-            list.start_pass();
+            self.start_pass();
         }
-        list
+    }
+
+    /// `lists` by their addresses, for a policy's update to keep the
+    /// lists of endpoints that stay (same addresses in order).
+    pub fn by_addresses(lists: Vec<AddressList>) -> HashMap<Vec<SocketAddr>, AddressList> {
+        lists
+            .into_iter()
+            .map(|l| (l.addresses().collect(), l))
+            .collect()
     }
 
     /// The addresses, in order.
@@ -75,7 +126,8 @@ impl AddressList {
     }
 
     /// The list's state: READY once an address is chosen, CONNECTING during
-    /// a pass, TRANSIENT_FAILURE after a failed pass until one connects.
+    /// a pass, TRANSIENT_FAILURE after a failed pass until one connects;
+    /// IDLE for a lazy list not asked to connect.
     pub fn state(&self) -> ConnectivityState {
         self.state
     }
@@ -146,7 +198,17 @@ impl AddressList {
         if state == ConnectivityState::TransientFailure {
             self.last_error = self.subchannels[i].last_error();
         }
+        if self.state == ConnectivityState::Idle {
+            // A lazy list waits to be asked.
+            return false;
+        }
         match self.selected {
+            Some(sel) if sel == i && state != ConnectivityState::Ready && self.lazy => {
+                // The chosen connection went away: IDLE until asked again.
+                self.selected = None;
+                self.attempting = 0;
+                self.state = ConnectivityState::Idle;
+            }
             Some(sel) if sel == i && state != ConnectivityState::Ready => {
                 // The chosen connection went away: a new pass.
                 self.state = ConnectivityState::Connecting;
@@ -267,6 +329,7 @@ impl LbPolicy for PickFirst {
                 .iter()
                 .flat_map(|l| l.subchannels().iter().map(Subchannel::stats))
                 .collect(),
+            sessions: Vec::new(),
             children: Vec::new(),
         }
     }

@@ -294,6 +294,7 @@ impl LbPolicy for Priority {
                 .map(|c| ("current".to_owned(), c.clone()))
                 .collect(),
             endpoints: Vec::new(),
+            sessions: Vec::new(),
             children,
         }
     }

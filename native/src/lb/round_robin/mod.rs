@@ -8,7 +8,6 @@
 mod picker;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tonic::Status;
@@ -109,12 +108,7 @@ impl LbPolicy for RoundRobin {
         let LbConfig::RoundRobin(config) = config else {
             return false;
         };
-        // Keep the lists of endpoints that stay (same addresses in order).
-        let mut old: HashMap<Vec<SocketAddr>, AddressList> = self
-            .endpoints
-            .drain(..)
-            .map(|l| (l.addresses().collect(), l))
-            .collect();
+        let mut old = AddressList::by_addresses(std::mem::take(&mut self.endpoints));
         self.endpoints = config
             .endpoints
             .iter()
@@ -187,6 +181,7 @@ impl LbPolicy for RoundRobin {
                 .iter()
                 .flat_map(|e| e.subchannels().iter().map(Subchannel::stats))
                 .collect(),
+            sessions: Vec::new(),
             children: Vec::new(),
         }
     }

@@ -162,6 +162,7 @@ impl LbPolicy for WeightedTarget {
             state: self.state,
             facts: Vec::new(),
             endpoints: Vec::new(),
+            sessions: Vec::new(),
             children: self
                 .targets
                 .iter()

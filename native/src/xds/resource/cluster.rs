@@ -1,7 +1,9 @@
 //! Cluster validation: EDS, LOGICAL_DNS and aggregate clusters, the LB
 //! policy (round robin, ring hash with its ring sizes, least request, pick
-//! first, wrr_locality), `common_lb_config.override_host_status` (A55) and the
-//! session idle timeout from `upstream_config` (A75).
+//! first, wrr_locality; Maglev only when
+//! [`ValidationOptions::maglev`](super::ValidationOptions::maglev) is
+//! on, since gRPC rejects it), `common_lb_config.override_host_status` (A55)
+//! and the session idle timeout from `upstream_config` (A75).
 
 use std::time::Duration;
 
@@ -10,6 +12,7 @@ use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig a
 use envoy_types::pb::envoy::extensions::load_balancing_policies as lbp;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
 use prost::Name;
+use tether_core::hash::maglev::{MaglevConfig, DEFAULT_TABLE_SIZE, MAX_TABLE_SIZE};
 
 pub use cpb::Cluster;
 
@@ -88,6 +91,12 @@ pub enum LbPolicy {
         min_ring_size: u64,
         /// `maximum_ring_size` (default 8388608).
         max_ring_size: u64,
+    },
+    /// Maglev (tether beyond gRPC: accepted only with
+    /// [`ValidationOptions::maglev`](super::ValidationOptions::maglev)).
+    Maglev {
+        /// `table_size`: a prime, at most 5000011 (default 65537).
+        table_size: u64,
     },
     /// Least request with `choice_count` random choices.
     LeastRequest {
@@ -315,6 +324,22 @@ fn ring_sizes(c: &mut Check, min: Option<u64>, max: Option<u64>) -> Option<LbPol
     })
 }
 
+/// A Maglev policy with `table_size` (default 65537), which must be a prime
+/// up to 5000011 as Envoy requires.
+fn maglev(c: &mut Check, table_size: Option<u64>) -> Option<LbPolicy> {
+    let table_size = table_size.unwrap_or(DEFAULT_TABLE_SIZE);
+    if (MaglevConfig { table_size }).validate().is_err() {
+        c.at("table_size", |c| {
+            c.fail_value(
+                table_size,
+                format!("must be a prime number up to {MAX_TABLE_SIZE}"),
+            )
+        });
+        return None;
+    }
+    Some(LbPolicy::Maglev { table_size })
+}
+
 fn legacy_policy(c: &mut Check, cl: &Cluster) -> Option<LbPolicy> {
     use cpb::cluster::ring_hash_lb_config::HashFunction;
     use cpb::cluster::LbConfig;
@@ -341,6 +366,13 @@ fn legacy_policy(c: &mut Check, cl: &Cluster) -> Option<LbPolicy> {
                     r.maximum_ring_size.as_ref().map(|v| v.value),
                 )
             })
+        }
+        Ok(P::Maglev) if c.options().maglev => {
+            let size = match &cl.lb_config {
+                Some(LbConfig::MaglevLbConfig(m)) => m.table_size.as_ref().map(|v| v.value),
+                _ => None,
+            };
+            c.at("maglev_lb_config", |c| maglev(c, size))
         }
         Ok(P::LeastRequest) => {
             let choice_count = match &cl.lb_config {
@@ -401,6 +433,9 @@ fn typed_policy(c: &mut Check, p: &cpb::LoadBalancingPolicy, depth: usize) -> Op
                             r.minimum_ring_size.as_ref().map(|v| v.value),
                             r.maximum_ring_size.as_ref().map(|v| v.value),
                         ))
+                    } else if c.options().maglev && name == lbp::maglev::v3::Maglev::full_name() {
+                        let m = c.unpack::<lbp::maglev::v3::Maglev>(any)?;
+                        Some(maglev(c, m.table_size.as_ref().map(|v| v.value)))
                     } else if name == lbp::least_request::v3::LeastRequest::full_name() {
                         let l = c.unpack::<lbp::least_request::v3::LeastRequest>(any)?;
                         let choice_count = l.choice_count.as_ref().map_or(2, |v| v.value);

@@ -15,7 +15,8 @@ pub use epb::ClusterLoadAssignment;
 use super::Check;
 
 /// An endpoint's health status as EDS reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum HealthStatus {
     /// Not known (treated as healthy).
     Unknown,

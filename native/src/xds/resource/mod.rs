@@ -168,14 +168,38 @@ impl fmt::Display for ValidationError {
 
 impl std::error::Error for ValidationError {}
 
+/// What validation accepts beyond gRPC's rules. Everything is off by
+/// default, so that tether NACKs what gRPC NACKs unless asked otherwise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ValidationOptions {
+    /// Accept clusters whose LB policy is MAGLEV (legacy `lb_policy` with
+    /// `maglev_lb_config`, or the typed Maglev policy), which gRPC rejects;
+    /// the channel runs them as `ring_hash` with a Maglev table.
+    pub maglev: bool,
+}
+
 /// Collects field errors while walking a message; `at` pushes a path segment.
 #[derive(Debug, Default)]
 pub(crate) struct Check {
     path: Vec<String>,
     errors: Vec<FieldError>,
+    options: ValidationOptions,
 }
 
 impl Check {
+    /// A check that accepts what `options` allow.
+    pub(crate) fn with_options(options: ValidationOptions) -> Self {
+        Check {
+            options,
+            ..Check::default()
+        }
+    }
+
+    /// What this validation accepts beyond gRPC's rules.
+    pub(crate) fn options(&self) -> ValidationOptions {
+        self.options
+    }
+
     /// Runs `f` with `segment` (`name` or `[3]`) appended to the path.
     pub(crate) fn at<R>(&mut self, segment: &str, f: impl FnOnce(&mut Check) -> R) -> R {
         self.path.push(segment.to_owned());
@@ -320,9 +344,15 @@ pub struct Decoded {
     pub result: Result<Resource, ValidationError>,
 }
 
-/// Decodes and validates one resource of `kind` from a response. A
-/// `envoy.service.discovery.v3.Resource` wrapper is unwrapped first.
+/// Decodes and validates one resource of `kind` from a response by gRPC's
+/// rules. A `envoy.service.discovery.v3.Resource` wrapper is unwrapped
+/// first.
 pub fn decode(kind: ResourceKind, any: &pb::Any) -> Decoded {
+    decode_with(kind, any, ValidationOptions::default())
+}
+
+/// [`decode`], accepting what `options` allow beyond gRPC's rules.
+pub fn decode_with(kind: ResourceKind, any: &pb::Any, options: ValidationOptions) -> Decoded {
     use envoy_types::pb::envoy::service::discovery::v3::Resource as Wrapper;
     let unwrapped;
     let any = if any.type_url == Wrapper::type_url() {
@@ -355,10 +385,12 @@ pub fn decode(kind: ResourceKind, any: &pb::Any) -> Decoded {
         );
     }
     let bytes = any.value.as_slice();
+    let check = Check::with_options(options);
     match kind {
         ResourceKind::Listener => decode_as(
             kind,
             bytes,
+            check,
             |m: &listener::Listener| &m.name,
             listener::validate,
             Resource::Listener,
@@ -366,6 +398,7 @@ pub fn decode(kind: ResourceKind, any: &pb::Any) -> Decoded {
         ResourceKind::RouteConfiguration => decode_as(
             kind,
             bytes,
+            check,
             |m: &route::RouteConfiguration| &m.name,
             route::validate,
             Resource::RouteConfiguration,
@@ -373,6 +406,7 @@ pub fn decode(kind: ResourceKind, any: &pb::Any) -> Decoded {
         ResourceKind::Cluster => decode_as(
             kind,
             bytes,
+            check,
             |m: &cluster::Cluster| &m.name,
             cluster::validate,
             Resource::Cluster,
@@ -380,6 +414,7 @@ pub fn decode(kind: ResourceKind, any: &pb::Any) -> Decoded {
         ResourceKind::Endpoints => decode_as(
             kind,
             bytes,
+            check,
             |m: &endpoint::ClusterLoadAssignment| &m.cluster_name,
             endpoint::validate,
             Resource::Endpoints,
@@ -387,12 +422,13 @@ pub fn decode(kind: ResourceKind, any: &pb::Any) -> Decoded {
     }
 }
 
-/// Decodes `bytes` as the message `M` of `kind` and validates it; `name`
+/// Decodes `bytes` as the message `M` of `kind` and validates it with `c`; `name`
 /// reads the resource's name (kept even when validation fails) and `wrap`
 /// makes the validated value a [`Resource`].
 fn decode_as<M: Message + Default, V>(
     kind: ResourceKind,
     bytes: &[u8],
+    mut c: Check,
     name: fn(&M) -> &str,
     validate: fn(&mut Check, &M) -> V,
     wrap: fn(Arc<V>) -> Resource,
@@ -409,7 +445,6 @@ fn decode_as<M: Message + Default, V>(
         }
     };
     let name = name(&m).to_owned();
-    let mut c = Check::default();
     let v = validate(&mut c, &m);
     Decoded {
         result: c.finish(kind, &name, v).map(|v| wrap(Arc::new(v))),
