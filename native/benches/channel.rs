@@ -467,10 +467,144 @@ struct PickerFixture {
 
 static PICKER: OnceLock<PickerFixture> = OnceLock::new();
 
+/// A `ring_hash` policy over 1,000 endpoints, every one READY (states fed
+/// to the real policy: nothing listens on these addresses), and the
+/// route's header hash policy the config selector evaluates per call.
+struct RingFixture {
+    picker: SharedPicker,
+    policies: tether_core::hash::HashPolicies,
+    keys: Vec<String>,
+    next: AtomicUsize,
+    headers: http::HeaderMap,
+    /// Owns the subchannels the picker holds.
+    _pool: SubchannelPool,
+}
+
+static RING: OnceLock<RingFixture> = OnceLock::new();
+
+const RING_HOSTS: u16 = 1000;
+
+fn ring_fixture() -> Result<RingFixture, String> {
+    use tether::lb::ring_hash::{self, RingHash, Table};
+    use tether::lb::wrr_locality::Locality;
+    use tether::lb::EndpointAddresses;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    // No runtime around the pool: its subchannels never connect; the
+    // states below are the only ones the policy sees.
+    let pool = SubchannelPool::new(SubchannelOptions::default(), Arc::new(|_, _, _| {}));
+    let mut next_timer = 0;
+    let addrs: Vec<SocketAddr> = (0..RING_HOSTS)
+        .map(|i| SocketAddr::from(([127, 0, 0, 1], 20_000 + i)))
+        .collect();
+    let mut policy = RingHash::new();
+    let mut ctx = Ctx::new(&pool, &tx, &mut next_timer, "ring-bench");
+    policy.update(
+        &mut ctx,
+        LbConfig::RingHash(ring_hash::Config {
+            localities: vec![Locality {
+                name: Default::default(),
+                weight: 1,
+                endpoints: addrs
+                    .iter()
+                    .map(|a| EndpointAddresses::single(*a))
+                    .collect(),
+            }],
+            table: Table::Ring {
+                min_ring_size: 1024,
+                max_ring_size: 4096,
+            },
+        }),
+    );
+    // Picks ask the policy to connect IDLE endpoints; the asks name it.
+    let attributes = CallAttributes::default();
+    let headers = http::HeaderMap::new();
+    let args = PickArgs {
+        path: ECHO_PATH,
+        headers: &headers,
+        attributes: &attributes,
+    };
+    let _ = policy.picker().pick(&args);
+    let Ok(Event::ConnectEndpoint(id, _)) = rx.try_recv() else {
+        return Err("a pick on an IDLE ring did not ask to connect".into());
+    };
+    for a in &addrs {
+        policy.event(&mut ctx, &Event::ConnectEndpoint(id, *a));
+        let sc = pool.peek(*a).ok_or("no subchannel made")?.id();
+        policy.event(
+            &mut ctx,
+            &Event::Subchannel(sc, *a, ConnectivityState::Connecting),
+        );
+        policy.event(
+            &mut ctx,
+            &Event::Subchannel(sc, *a, ConnectivityState::Ready),
+        );
+    }
+    if policy.state() != ConnectivityState::Ready {
+        return Err(format!("the ring is {}, not READY", policy.state()));
+    }
+    let fixture = RingFixture {
+        picker: policy.picker(),
+        policies: tether_core::hash::HashPolicies::from_json(
+            r#"[{"header":{"header_name":"x-user"}}]"#,
+            tether_core::hash::Peer::GrpcExtended,
+        )
+        .map_err(|e| e.to_string())?,
+        keys: (0..4096).map(|i| format!("user-{i}")).collect(),
+        next: AtomicUsize::new(0),
+        headers,
+        _pool: pool,
+    };
+    // Every key lands on a READY endpoint, and the keys spread.
+    let mut seen = HashSet::new();
+    for _ in 0..fixture.keys.len() {
+        seen.insert(ring_pick(&fixture).address());
+    }
+    if seen.len() < 900 {
+        return Err(format!(
+            "4,096 keys reached only {} of 1,000 hosts",
+            seen.len()
+        ));
+    }
+    Ok(fixture)
+}
+
+/// One ring pick as a call makes it: the route's header hash policy on the
+/// next key, then the pick.
+fn ring_pick(f: &RingFixture) -> Subchannel {
+    let key = &f.keys[f.next.fetch_add(1, Ordering::Relaxed) % f.keys.len()];
+    let hash = f
+        .policies
+        .evaluate(&tether_core::hash::HashRequest::new(
+            &[("x-user", key.as_str())] as &[(&str, &str)],
+        ))
+        .hash
+        .value();
+    let attributes = CallAttributes {
+        hash,
+        ..Default::default()
+    };
+    let args = PickArgs {
+        path: ECHO_PATH,
+        headers: &f.headers,
+        attributes: &attributes,
+    };
+    match f.picker.pick(black_box(&args)) {
+        PickResult::Complete(pick) => pick.subchannel,
+        other => panic!("a ring pick did not complete: {other:?}"),
+    }
+}
+
+#[divan::bench]
+fn pick_ring_hash_1000_hosts_with_header_hash(bencher: Bencher) {
+    let f = RING.get().expect("ring fixture");
+    bencher.bench_local(|| ring_pick(f).id());
+}
+
 struct PickFigures {
     chain_ns: f64,
     bare_ns: f64,
     override_ns: f64,
+    ring_ns: f64,
 }
 
 /// Builds the tree for round robin over the backends with the real
@@ -608,6 +742,8 @@ fn picker_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<Pic
     println!("\n== 2. Picks (divan; each pick also tells its trackers the call ended)");
     let fixture = picker_fixture(rt, addrs)?;
     let _ = PICKER.set(fixture);
+    let _ = RING.set(ring_fixture()?);
+    let ring = RING.get().ok_or("ring fixture")?;
     let f = PICKER.get().ok_or("picker fixture")?;
     // A fixed sample size: divan's tuning stops at one pick per sample when
     // its first sample is slowed down (a shared machine), and then reports
@@ -634,6 +770,19 @@ fn picker_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<Pic
         chain_ns: median_pick_ns(&*f.chain, f, &plain, batches, size),
         bare_ns: median_pick_ns(&*f.bare, f, &plain, batches, size),
         override_ns: median_pick_ns(&*f.chain, f, &f.session, batches, size),
+        ring_ns: {
+            let mut v: Vec<f64> = (0..batches)
+                .map(|_| {
+                    let started = Instant::now();
+                    for _ in 0..size {
+                        black_box(ring_pick(ring).id());
+                    }
+                    started.elapsed().as_nanos() as f64 / f64::from(size)
+                })
+                .collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        },
     })
 }
 
@@ -1034,6 +1183,14 @@ impl Summary {
                     "  a session's pick through the same chain (xds_override_host finds its READY endpoint), goal ≤ 100 ns",
                     p.override_ns <= 100.0,
                     &format!("{:.0} ns", p.override_ns)
+                )
+            );
+            println!(
+                "{}",
+                goal_line(
+                    "  ring_hash over 1,000 hosts, header hash included, goal ≤ 100 ns",
+                    p.ring_ns <= 100.0,
+                    &format!("{:.0} ns", p.ring_ns)
                 )
             );
             println!("  bare round_robin pick: {:.0} ns", p.bare_ns);

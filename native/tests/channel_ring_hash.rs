@@ -128,6 +128,21 @@ async fn every_key_reaches_the_backend_cores_grpc_ring_picks() {
     }
 }
 
+/// The state of `addr`'s subchannel in the channel's tree.
+async fn subchannel_state(
+    ch: &tether::Channel,
+    addr: SocketAddr,
+) -> Option<tether::lb::ConnectivityState> {
+    fn find(node: &tether::lb::PolicyStats, addr: &str) -> Option<tether::lb::ConnectivityState> {
+        node.endpoints
+            .iter()
+            .find(|e| e.address == addr)
+            .map(|e| e.state)
+            .or_else(|| node.children.iter().find_map(|c| find(c, addr)))
+    }
+    find(&ch.stats().await?.tree, &addr.to_string())
+}
+
 /// The next entry's backend for `hash` when `down` is down: the first host
 /// other than `down` walking the ring from the hash's entry.
 fn next_up(ring: &Ring, hash: u64, down: &str) -> String {
@@ -147,9 +162,19 @@ async fn a_stopped_backend_hands_its_keys_to_the_next_entry_and_gets_them_back()
         let k = key(i);
         before.push((k.clone(), backend_for(&ch, &k).await.unwrap()));
     }
-    // r2 stops: its connections close, it refuses new ones.
+    // r2 stops: its connections close (no GOAWAY), it refuses new ones. A
+    // call sent in the moment before the channel sees the close fails, as
+    // in gRPC (the server may have seen it); once it has seen it, none does.
     let down: SocketAddr = bs[1].addr();
     bs[1].stop().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while subchannel_state(&ch, down).await == Some(tether::lb::ConnectivityState::Ready) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the close is never seen"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let mut moved = 0;
     for (k, was) in &before {
         // No call fails: the pick waits while the endpoint reconnects, then
@@ -182,5 +207,58 @@ async fn a_stopped_backend_hands_its_keys_to_the_next_entry_and_gets_them_back()
             "{wrong} keys not back on their backend"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A MAGLEV EDS cluster (default table size).
+fn maglev_cluster(name: &str) -> Any {
+    let mut c = make::cluster(name);
+    c.lb_policy = cpb::cluster::LbPolicy::Maglev as i32;
+    pack(&c)
+}
+
+/// MAGLEV clusters: refused as C-core refuses them (the calls fail naming
+/// the policy), and with `ChannelBuilder::maglev(true)` picked by
+/// tether-core's Maglev table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maglev_is_refused_like_c_core_unless_opted_in() {
+    use tether_core::hash::{Maglev, MaglevConfig};
+    let f = Fixture::start(Mode::Serve).await;
+    let bs = [
+        GrpcBackend::start("m1").await,
+        GrpcBackend::start("m2").await,
+        GrpcBackend::start("m3").await,
+    ];
+    let addrs: Vec<SocketAddr> = bs.iter().map(GrpcBackend::addr).collect();
+    serve(
+        &f,
+        vec![hashed(route("/", "c"))],
+        vec![maglev_cluster("c")],
+        vec![eds("c", vec![Loc::of(&addrs)], &[])],
+    );
+    let refused = channel(&f);
+    let e = backend_for(&refused, "k").await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    assert!(
+        e.message().contains("lb_policy: 5") && e.message().contains("not supported"),
+        "{e:?}"
+    );
+
+    let ch = tether::Channel::builder()
+        .bootstrap(xds_support::bootstrap(f.addr, NODE))
+        .maglev(true)
+        .connect(&format!("xds:///{TARGET}"))
+        .unwrap();
+    let hosts = Locality::grpc_hosts(&[Locality::new(
+        1,
+        addrs.iter().map(|a| Host::from_addr(*a, 1)),
+    )])
+    .unwrap();
+    let table = Maglev::build(hosts, &MaglevConfig::default()).unwrap();
+    let names = names(&bs);
+    for i in 0..KEYS {
+        let k = key(i);
+        let want = &names[table.pick_host(hash_of(&k)).key()];
+        assert_eq!(&backend_for(&ch, &k).await.unwrap(), want, "key {k}");
     }
 }

@@ -18,6 +18,7 @@ use tether_testkit::backend::HttpBackend;
 use tether_testkit::client;
 use tether_testkit::envoy::Envoy;
 use tether_testkit::free_port;
+use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
 use tokio::time::Instant;
 
 fn config(listen: u16, endpoints: &[(SocketAddr, &str)]) -> String {
@@ -456,4 +457,215 @@ async fn sighup_reloads_the_file_without_waiting_for_the_poll() {
         control.stderr()
     );
     assert!(!control.stderr().contains("serving version 3"));
+}
+
+// --- Hash affinity: tether::Channel and Envoy over one tether-control file ---
+
+/// A tether-control file with an Envoy listener on `listen` and one
+/// virtual host `hash.tether.test` (every domain) sending everything to the
+/// h2c service `hashed` with `policy` (a `loadBalancerPolicy` body), its
+/// endpoints `(address, weight)` in one locality.
+fn hash_config(listen: u16, policy: &str, endpoints: &[(SocketAddr, u32)]) -> String {
+    let mut eps = String::new();
+    for (addr, weight) in endpoints {
+        eps.push_str(&format!(
+            "      - {{ address: \"{addr}\", weight: {weight} }}\n"
+        ));
+    }
+    format!(
+        r#"listener:
+  port: {listen}
+virtualhosts:
+  - name: hash.tether.test
+    domains: ["*"]
+    routes:
+      - services:
+          - name: hashed
+        loadBalancerPolicy:
+{policy}
+services:
+  - name: hashed
+    protocol: h2c
+    endpoints:
+{eps}"#
+    )
+}
+
+/// Three named gRPC backends, tether-control serving `config(listen,
+/// backends)`, Envoy following it on `listen`, and a `tether::Channel`
+/// following the same file.
+async fn hash_setup(
+    config: impl Fn(u16, &[SocketAddr]) -> String,
+) -> (Vec<GrpcBackend>, Control, Envoy, u16, tether::Channel) {
+    let backends = vec![
+        GrpcBackend::start("h1").await,
+        GrpcBackend::start("h2").await,
+        GrpcBackend::start("h3").await,
+    ];
+    let addrs: Vec<SocketAddr> = backends.iter().map(GrpcBackend::addr).collect();
+    let listen = free_port();
+    let control = Control::start(&config(listen, &addrs)).await;
+    let envoy = Envoy::start(&envoy_bootstrap(free_port(), control.addr))
+        .await
+        .expect("envoy starts");
+    let bootstrap = tether::xds::Bootstrap::from_json(&control.bootstrap_json("hash-channel"))
+        .expect("bootstrap");
+    let channel = tether::Channel::builder()
+        .bootstrap(bootstrap)
+        .connect("xds:///hash.tether.test")
+        .expect("channel");
+    // Envoy serves once it has its listener, routes and endpoints.
+    let listener: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let up = tether_testkit::wait_until(Duration::from_secs(20), || async {
+        grpc_call(&envoy_channel(listener).await, &[]).await.is_ok()
+    })
+    .await;
+    assert!(up, "Envoy did not serve gRPC\n{}", envoy.log());
+    (backends, control, envoy, listen, channel)
+}
+
+/// A tonic channel to Envoy's listener (a new connection).
+async fn envoy_channel(listener: SocketAddr) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(format!("http://{listener}"))
+        .unwrap()
+        .connect_lazy()
+}
+
+/// One Echo call with `metadata` over `service`: the backend and the
+/// response's Set-Cookie values.
+async fn grpc_call<S>(
+    service: &S,
+    metadata: &[(&'static str, &str)],
+) -> Result<(String, Vec<String>), tonic::Status>
+where
+    S: tonic::client::GrpcService<tonic::body::Body> + Clone,
+    S::Error: Into<tonic::codegen::StdError>,
+    S::ResponseBody: tonic::codegen::Body<Data = tonic::codegen::Bytes> + Send + 'static,
+    <S::ResponseBody as tonic::codegen::Body>::Error: Into<tonic::codegen::StdError> + Send,
+{
+    let mut client = EchoClient::new(service.clone());
+    let mut request = tonic::Request::new(EchoRequest {
+        message: "x".into(),
+    });
+    request.set_timeout(Duration::from_secs(10));
+    for (k, v) in metadata {
+        request.metadata_mut().insert(*k, v.parse().unwrap());
+    }
+    let response = client.echo(request).await?;
+    let set = response
+        .metadata()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    Ok((response.into_inner().backend, set))
+}
+
+/// RequestHash on `x-user`, unequal endpoint weights, one locality: for
+/// 1,000 keys `tether::Channel` reaches the backend Envoy reaches (with one
+/// locality and a ring within gRPC's 4,096-entry cap, gRPC's ring is
+/// Envoy's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tether_channel_and_envoy_hash_each_key_to_the_same_backend() {
+    let policy = "          strategy: RequestHash\n          requestHashPolicies:\n            - headerHashOptions: { headerName: x-user }";
+    let (_backends, control, envoy, listen, channel) = hash_setup(|listen, addrs| {
+        let weighted: Vec<(SocketAddr, u32)> = addrs.iter().copied().zip([1, 2, 3]).collect();
+        hash_config(listen, policy, &weighted)
+    })
+    .await;
+    let through_envoy = envoy_channel(format!("127.0.0.1:{listen}").parse().unwrap()).await;
+    let mut mismatches = Vec::new();
+    let mut seen = HashSet::new();
+    for i in 0..1000 {
+        let key = format!("user-{i}-{}", i * 7919);
+        let (by_envoy, _) = grpc_call(&through_envoy, &[("x-user", &key)])
+            .await
+            .unwrap();
+        let (by_channel, _) = grpc_call(&channel, &[("x-user", &key)]).await.unwrap();
+        seen.insert(by_channel.clone());
+        if by_envoy != by_channel {
+            mismatches.push(format!("{key}: envoy {by_envoy}, channel {by_channel}"));
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} of 1000 keys differ: {:?}\n{}",
+        mismatches.len(),
+        &mismatches[..mismatches.len().min(10)],
+        envoy.log()
+    );
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(control.nacks_none(), "{}", control.stderr());
+}
+
+/// The `name="value"` pair of Contour's affinity cookie in `set_cookie`.
+fn affinity_pair(set_cookie: &[String]) -> Option<String> {
+    set_cookie
+        .iter()
+        .find(|c| c.starts_with("X-Contour-Session-Affinity="))
+        .map(|c| c.split(';').next().unwrap().to_owned())
+}
+
+/// Contour's `Cookie` strategy natively: the channel generates the
+/// affinity cookie on a first response, a jar-holding client keeps its
+/// backend over 50 calls; a cookie Envoy generated reaches, through the
+/// channel, the backend it reaches through Envoy, and one the channel
+/// generated reaches through Envoy the channel's backend.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contours_cookie_strategy_works_in_the_channel_and_crosses_with_envoy() {
+    use tether::session::{CookieJar, CookieJarLayer, Layer};
+    let policy = "          strategy: Cookie";
+    let (_backends, control, envoy, listen, channel) = hash_setup(|listen, addrs| {
+        let equal: Vec<(SocketAddr, u32)> = addrs.iter().map(|a| (*a, 1)).collect();
+        hash_config(listen, policy, &equal)
+    })
+    .await;
+    let listener: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+
+    // A jar keeps the generated cookie and the backend.
+    let mut backends_of_jars = HashSet::new();
+    for _ in 0..4 {
+        let jar = CookieJar::new();
+        let client = CookieJarLayer::new(jar.clone()).layer(channel.clone());
+        let (first, set) = grpc_call(&client, &[]).await.unwrap();
+        assert!(
+            affinity_pair(&set).is_some(),
+            "the first response sets it: {set:?}"
+        );
+        for _ in 0..50 {
+            let (b, set) = grpc_call(&client, &[]).await.unwrap();
+            assert_eq!(b, first, "a jar's calls keep their backend");
+            assert!(
+                set.is_empty(),
+                "nothing new once the cookie is sent: {set:?}"
+            );
+        }
+        backends_of_jars.insert(first);
+    }
+
+    // Envoy's generated cookies (one per connection) through the channel.
+    for _ in 0..6 {
+        let (by_envoy, set) = grpc_call(&envoy_channel(listener).await, &[])
+            .await
+            .unwrap();
+        let cookie = affinity_pair(&set)
+            .unwrap_or_else(|| panic!("Envoy generates the cookie: {set:?}\n{}", envoy.log()));
+        for _ in 0..5 {
+            let (b, set) = grpc_call(&channel, &[("cookie", &cookie)]).await.unwrap();
+            assert_eq!(b, by_envoy, "the channel honours Envoy's {cookie}");
+            assert!(set.is_empty());
+        }
+    }
+    // The channel's generated cookies through Envoy.
+    let through_envoy = envoy_channel(listener).await;
+    for _ in 0..6 {
+        let (by_channel, set) = grpc_call(&channel, &[]).await.unwrap();
+        let cookie = affinity_pair(&set).expect("the channel generates the cookie");
+        let (b, set) = grpc_call(&through_envoy, &[("cookie", &cookie)])
+            .await
+            .unwrap();
+        assert_eq!(b, by_channel, "Envoy honours the channel's {cookie}");
+        assert!(set.is_empty());
+    }
+    assert!(control.nacks_none(), "{}", control.stderr());
 }

@@ -432,12 +432,14 @@ async fn grpcio_client_fails_over_through_aggregate_services() {
 }
 
 /// gRPC C-core's ring hash (gRFC A42) over tether-control's resources picks,
-/// for every key, the backend `tether_core::hash` picks with gRPC's rules: a
+/// for every key, the backend `tether_core::hash` picks with gRPC's rules,
+/// and `tether::Channel` over the same file reaches it too (two localities
+/// with weights, where Envoy's ring differs): a
 /// header hash policy, endpoint weight × locality weight (not Envoy's
 /// per-locality normalisation), localities in name order (not the order EDS
 /// lists them in), and C-core's 4096-entry cap. Observed with grpcio 1.85.1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpcio_ring_hash_picks_what_core_picks_with_grpc_rules() {
+async fn grpcio_ring_hash_picks_what_core_picks_with_grpc_rules_and_so_does_the_channel() {
     use tether_core::hash::{HashPolicies, HashRequest, Host, Locality, Peer, Ring, RingConfig};
 
     // (name, locality, endpoint weight); us/b comes first in the file, so
@@ -535,6 +537,34 @@ services:
         &mismatches[..mismatches.len().min(10)]
     );
     assert_eq!(seen.len(), 4, "every backend gets keys: {seen:?}");
+
+    // tether::Channel, same file, the first 1,000 keys: grpcio's backends.
+    let channel = tether::Channel::builder()
+        .bootstrap(tether::xds::Bootstrap::from_file(&bootstrap).unwrap())
+        .connect("xds:///hash.tether.test")
+        .unwrap();
+    let mut differ = Vec::new();
+    for c in calls.iter().take(1000) {
+        let key = c.key.as_deref().unwrap();
+        let mut client = tether_proto::demo::v1::echo_client::EchoClient::new(channel.clone());
+        let mut request = tonic::Request::new(EchoRequest {
+            message: "x".into(),
+        });
+        request
+            .metadata_mut()
+            .insert("x-user", key.parse().unwrap());
+        request.set_timeout(Duration::from_secs(10));
+        let got = client.echo(request).await.unwrap().into_inner().backend;
+        if got != c.backend {
+            differ.push(format!("{key}: grpcio {} channel {got}", c.backend));
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} of 1000 keys: {:?}",
+        differ.len(),
+        &differ[..differ.len().min(10)]
+    );
     for (.., task) in backends {
         task.abort();
     }

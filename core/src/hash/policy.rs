@@ -35,7 +35,8 @@
 //! `ip:port`, IPv6 in brackets), that value is hashed, and the response
 //! carries `Set-Cookie: name="<value>"[; Max-Age=ttl][; Path=path][; attrs];
 //! HttpOnly`, rendered by [`CookieSpec::render`] in [`Style::Envoy`]. Without
-//! both addresses no cookie is generated and the policy yields nothing.
+//! both addresses no cookie is generated and the policy yields nothing,
+//! unless the caller gives the value ([`HashRequest::generated`]).
 
 use alloc::format;
 use alloc::string::{String, ToString};
@@ -64,6 +65,11 @@ pub enum Peer {
     /// headers ending in `-bin` skipped; cookie, source IP and query
     /// parameter policies yield nothing (C-core ignores them).
     Grpc,
+    /// A gRPC client that goes beyond C-core (tether's channel): headers
+    /// as [`Peer::Grpc`], cookie (generated ones included) and query
+    /// parameter policies as [`Peer::Envoy`]; source IP yields nothing (a
+    /// client has no downstream peer).
+    GrpcExtended,
 }
 
 /// Where a policy takes its input from.
@@ -318,6 +324,10 @@ pub struct HashRequest<'a> {
     pub local: Option<SocketAddr>,
     /// Filter-state strings by key (`envoy.hashable_string` objects).
     pub filter_state: &'a [(&'a str, &'a str)],
+    /// The value a generated cookie takes instead of Envoy's from `remote`
+    /// and `local`: for a client, which has no downstream connection to
+    /// derive it from. Must be a valid cookie value.
+    pub generated: Option<&'a str>,
 }
 
 impl<'a> HashRequest<'a> {
@@ -329,6 +339,7 @@ impl<'a> HashRequest<'a> {
             remote: None,
             local: None,
             filter_state: &[],
+            generated: None,
         }
     }
 }
@@ -391,8 +402,8 @@ impl HashPolicies {
     ) -> Option<u64> {
         match (&p.source, self.peer) {
             (Source::Header(h), Peer::Envoy) => header_envoy(h, &req.headers),
-            (Source::Header(h), Peer::Grpc) => header_grpc(h, &req.headers),
-            (Source::Cookie { name, generate }, Peer::Envoy) => {
+            (Source::Header(h), Peer::Grpc | Peer::GrpcExtended) => header_grpc(h, &req.headers),
+            (Source::Cookie { name, generate }, Peer::Envoy | Peer::GrpcExtended) => {
                 cookie(name, generate.as_ref(), req, set_cookies)
             }
             (Source::SourceIp, Peer::Envoy) => {
@@ -401,7 +412,7 @@ impl HashPolicies {
                 let _ = write!(text, "{}", req.remote?.ip());
                 Some(xxh64(text.as_bytes(), 0))
             }
-            (Source::QueryParameter { name }, Peer::Envoy) => {
+            (Source::QueryParameter { name }, Peer::Envoy | Peer::GrpcExtended) => {
                 query_parameter(req.path, name).map(|v| xxh64(v.as_bytes(), 0))
             }
             (Source::FilterState { key }, _) => req
@@ -412,7 +423,8 @@ impl HashPolicies {
             (
                 Source::Cookie { .. } | Source::SourceIp | Source::QueryParameter { .. },
                 Peer::Grpc,
-            ) => None,
+            )
+            | (Source::SourceIp, Peer::GrpcExtended) => None,
         }
     }
 }
@@ -514,7 +526,10 @@ fn cookie(
         return Some(h);
     }
     let spec = generate?;
-    let value = generated_value(req.remote?, req.local?);
+    let value = match req.generated {
+        Some(v) => String::from(v),
+        None => generated_value(req.remote?, req.local?),
+    };
     // A 16-hex value always renders; the name was validated with the spec.
     if let Ok(set_cookie) = spec.render(&value, Style::Envoy) {
         set_cookies.push(set_cookie);
@@ -942,6 +957,77 @@ mod tests {
             p.evaluate(&HashRequest::new(&[] as &[(&str, &str)])).hash,
             RequestHash::NoHash
         );
+    }
+
+    #[test]
+    fn grpc_extended_hashes_headers_as_grpc_and_cookies_and_queries_as_envoy() {
+        let policies = |peer| {
+            HashPolicies::new(
+                vec![
+                    HashPolicy::header("x-k").unwrap(),
+                    HashPolicy::cookie("c").unwrap(),
+                    HashPolicy::query_parameter("q").unwrap(),
+                    HashPolicy::source_ip(),
+                ],
+                peer,
+            )
+        };
+        let headers: &[(&str, &str)] = &[("x-k", "b"), ("x-k", "a"), ("cookie", "c=v")];
+        let mut req = HashRequest::new(headers);
+        req.path = "/p?q=z";
+        req.remote = Some("10.0.0.1:1".parse().unwrap());
+        let one =
+            |peer, p: HashPolicy| HashPolicies::new(vec![p], peer).evaluate(&req).hash.value();
+        let ext = Peer::GrpcExtended;
+        assert_eq!(
+            one(ext, HashPolicy::header("x-k").unwrap()),
+            one(Peer::Grpc, HashPolicy::header("x-k").unwrap())
+        );
+        assert_ne!(
+            one(ext, HashPolicy::header("x-k").unwrap()),
+            one(Peer::Envoy, HashPolicy::header("x-k").unwrap()),
+            "repeated values: joined, not sorted and chained"
+        );
+        for p in [
+            HashPolicy::cookie("c").unwrap(),
+            HashPolicy::query_parameter("q").unwrap(),
+        ] {
+            assert_eq!(one(ext, p.clone()), one(Peer::Envoy, p.clone()));
+            assert!(one(ext, p.clone()).is_some());
+            assert_eq!(one(Peer::Grpc, p), None);
+        }
+        assert_eq!(one(ext, HashPolicy::source_ip()), None);
+        assert!(policies(ext).evaluate(&req).hash.value().is_some());
+    }
+
+    #[test]
+    fn a_given_generated_value_replaces_the_addresses() {
+        let spec = CookieSpec::new("aff", "/", Duration::from_secs(0), Vec::new()).unwrap();
+        let p = envoy(vec![HashPolicy::cookie_generated(spec)]);
+        let req = HashRequest {
+            generated: Some("00112233aabbccdd"),
+            ..HashRequest::new(&[] as &[(&str, &str)])
+        };
+        let e = p.evaluate(&req);
+        assert_eq!(
+            e.hash,
+            RequestHash::Hash(xxh64(b"00112233aabbccdd", 0)),
+            "the given value is hashed"
+        );
+        assert_eq!(e.set_cookies.len(), 1);
+        assert!(
+            e.set_cookies[0].starts_with("aff=\"00112233aabbccdd\""),
+            "{:?}",
+            e.set_cookies
+        );
+        // A present cookie still wins over generation.
+        let present = HashRequest {
+            generated: Some("00112233aabbccdd"),
+            ..HashRequest::new(&[("cookie", "aff=abc")] as &[(&str, &str)])
+        };
+        let e = p.evaluate(&present);
+        assert_eq!(e.hash, RequestHash::Hash(xxh64(b"abc", 0)));
+        assert!(e.set_cookies.is_empty());
     }
 
     #[test]

@@ -21,6 +21,7 @@ use super::work_serializer::{Routing, Shared, Snapshot};
 use super::{Inner, WaitForReady};
 use crate::lb::{CallAttributes, PickArgs, PickResult, Subchannel, Trackers};
 use crate::session::SessionId;
+use crate::subchannel::SendError;
 use tether_core::session::{Emit, Served};
 
 /// The call's session for drain readiness: the caller's [`SessionId`]
@@ -36,6 +37,10 @@ fn session_id(extensions: &http::Extensions, session: &SessionCall) -> Option<u6
     // The top bit keeps digests apart from jar ids (small counters).
     Some(std::hash::Hasher::finish(&h) | 1 << 63)
 }
+
+/// How many times a call whose request a closing connection gave back
+/// unsent is picked again.
+const MAX_UNSENT_RETRIES: u32 = 5;
 
 /// Runs one call; failures become a trailers-only gRPC response.
 pub(crate) async fn call(inner: Arc<Inner>, request: http::Request<Body>) -> http::Response<Body> {
@@ -88,49 +93,84 @@ async fn run(
             .and_then(|s| session_id(request.extensions(), s)),
     };
 
-    // Then a subchannel.
-    let (subchannel, guard, connection, endpoint) = loop {
-        let snapshot = inner.shared.snapshot.load_full();
-        let args = PickArgs {
-            path: &path,
-            headers: request.headers(),
-            attributes: &attributes,
-        };
-        match snapshot.picker.pick(&args) {
-            PickResult::Complete(pick) => {
-                let guard = CallGuard::new(pick.subchannel.clone(), pick.trackers);
-                // The connection may have closed since the picker was made:
-                // wait for the picker that knows.
-                if let Some(c) = pick.subchannel.connection() {
-                    break (pick.subchannel, guard.start(), c, pick.endpoint);
-                }
-                guard.finish(false);
-            }
-            PickResult::Queue => {}
-            PickResult::Fail(status) if !wait_for_ready => return Err(status),
-            PickResult::Fail(_) => {}
-            PickResult::Drop(status) => return Err(status),
-        }
-        next_snapshot(&inner.shared, &snapshot, deadline).await?;
-    };
-    log::trace!("{}: {path} -> {}", inner.target, subchannel.address());
-
     *request.uri_mut() = uri_for(&inner.authority, request.uri())?;
-    let sent = connection.send(request);
-    let response = match deadline {
-        Some(d) => match tokio::time::timeout_at(d, sent).await {
-            Ok(r) => r,
-            Err(_) => return Err(Status::deadline_exceeded("deadline exceeded")),
-        },
-        None => sent.await,
+    // Then a subchannel, and the request on its connection. A request the
+    // connection gives back unsent (it closed before the picker knew) is
+    // picked again: gRPC's transparent retry, bounded.
+    let mut unsent_retries = 0;
+    let (response, subchannel, guard, endpoint) = loop {
+        let (subchannel, guard, connection, endpoint) = loop {
+            let snapshot = inner.shared.snapshot.load_full();
+            let args = PickArgs {
+                path: &path,
+                headers: request.headers(),
+                attributes: &attributes,
+            };
+            match snapshot.picker.pick(&args) {
+                PickResult::Complete(pick) => {
+                    let guard = CallGuard::new(pick.subchannel.clone(), pick.trackers);
+                    // The connection may have closed since the picker was
+                    // made: wait for the picker that knows.
+                    if let Some(c) = pick.subchannel.connection() {
+                        break (pick.subchannel, guard.start(), c, pick.endpoint);
+                    }
+                    guard.finish(false);
+                }
+                PickResult::Queue => {}
+                PickResult::Fail(status) if !wait_for_ready => return Err(status),
+                PickResult::Fail(_) => {}
+                PickResult::Drop(status) => return Err(status),
+            }
+            next_snapshot(&inner.shared, &snapshot, deadline).await?;
+        };
+        log::trace!("{}: {path} -> {}", inner.target, subchannel.address());
+        let sent = connection.send(request);
+        let result = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, sent).await {
+                Ok(r) => r,
+                Err(_) => return Err(Status::deadline_exceeded("deadline exceeded")),
+            },
+            None => sent.await,
+        };
+        match result {
+            Ok(response) => break (response, subchannel, guard, endpoint),
+            Err(SendError {
+                error,
+                unsent: Some(unsent),
+            }) if unsent_retries < MAX_UNSENT_RETRIES => {
+                guard.finish(false);
+                unsent_retries += 1;
+                log::debug!(
+                    "{}: {path} not sent on {} ({error}): picking again",
+                    inner.target,
+                    subchannel.address()
+                );
+                request = unsent;
+            }
+            Err(SendError { error, .. }) => {
+                guard.finish(false);
+                return Err(Status::unavailable(format!(
+                    "{}: request failed: {error}",
+                    subchannel.address()
+                )));
+            }
+        }
     };
-    match response {
-        Ok(response) => {
+    {
+        {
             let (mut parts, body) = response.into_parts();
             parts.extensions.insert(PickedPeer(
                 subchannel.address(),
                 call_config.cluster.name.clone(),
             ));
+            for c in &call_config.hash_cookies {
+                match HeaderValue::from_str(c) {
+                    Ok(v) => {
+                        parts.headers.append(http::header::SET_COOKIE, v);
+                    }
+                    Err(e) => log::warn!("hash cookie {c:?} is not a header value: {e}"),
+                }
+            }
             if let Some(session) = &call_config.session {
                 set_cookie(
                     session,
@@ -151,13 +191,6 @@ async fn run(
                 deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
             };
             Ok(http::Response::from_parts(parts, Body::new(body)))
-        }
-        Err(e) => {
-            guard.finish(false);
-            Err(Status::unavailable(format!(
-                "{}: request failed: {e}",
-                subchannel.address()
-            )))
         }
     }
 }

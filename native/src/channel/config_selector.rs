@@ -22,11 +22,12 @@ use crate::xds::resource::route::{
 };
 use std::net::SocketAddr;
 use tether_core::cookie::Format;
-use tether_core::hash::policy::HeaderLookup;
+use tether_core::hash::policy::{HeaderLookup, Source};
 use tether_core::hash::rewrite::Rewrite;
 use tether_core::hash::{
     HashPolicies, HashPolicy as CoreHashPolicy, HashRequest, Peer, RequestHash,
 };
+use tether_core::http::set_cookie::CookieSpec;
 use tether_core::session::{Lookup, Session, SessionRequest};
 use tether_core::{KeyRing, SessionConfig};
 
@@ -45,6 +46,10 @@ pub struct CallConfig {
     pub route: usize,
     /// The stateful session filter's work for this call, when it applies.
     pub session: Option<SessionCall>,
+    /// `Set-Cookie` values of cookies the route's hash policies generated
+    /// (a cookie policy with a ttl, the call without that cookie: Contour's
+    /// `Cookie` strategy), for the response.
+    pub hash_cookies: Vec<String>,
 }
 
 /// A call the stateful session filter applies to.
@@ -182,20 +187,39 @@ impl ConfigSelector {
             ))
         })?;
         let policies = &self.hash_policies[index];
-        let hash = if policies.policies().is_empty() {
-            None
+        let (hash, hash_cookies) = if policies.policies().is_empty() {
+            (None, Vec::new())
         } else {
             let lookup = MetadataLookup(headers);
             let filter_state = [(CHANNEL_ID_KEY, channel_id)];
+            // A client has no downstream connection for Envoy's generated
+            // value: each call without the cookie starts a new one at random
+            // (a jar then keeps it, as a browser keeps Envoy's).
+            let generated = policies
+                .policies()
+                .iter()
+                .any(|p| {
+                    matches!(
+                        p.source(),
+                        Source::Cookie {
+                            generate: Some(_),
+                            ..
+                        }
+                    )
+                })
+                .then(|| format!("{:016x}", random::next_u64()));
             let request = HashRequest {
                 path,
                 filter_state: &filter_state,
+                generated: generated.as_deref(),
                 ..HashRequest::new(&lookup as &dyn HeaderLookup)
             };
-            match policies.evaluate(&request).hash {
+            let evaluation = policies.evaluate(&request);
+            let hash = match evaluation.hash {
                 RequestHash::Hash(h) => Some(h),
                 RequestHash::NoHash => None,
-            }
+            };
+            (hash, evaluation.set_cookies)
         };
         Ok(CallConfig {
             cluster,
@@ -203,6 +227,7 @@ impl ConfigSelector {
             hash,
             timeout: action.max_stream_duration.or(self.default_timeout),
             route: index,
+            hash_cookies,
         })
     }
 }
@@ -223,9 +248,11 @@ impl HeaderLookup for MetadataLookup<'_> {
     }
 }
 
-/// A route's hash policies in tether-core's form, with gRPC's rules (C-core
-/// ignores cookie, source IP and query parameter policies). The route was
-/// validated, so a policy core refuses is only logged and left out.
+/// A route's hash policies in tether-core's form, with gRPC's rules for
+/// headers. Beyond C-core, which ignores them, cookie policies (generating
+/// the cookie when they have a ttl) and query parameter policies work; a
+/// client has no source IP to hash. The route was validated, so a policy
+/// core refuses is only logged and left out.
 fn route_hash_policies(list: &[HashPolicy]) -> HashPolicies {
     let policies = list
         .iter()
@@ -245,7 +272,20 @@ fn route_hash_policies(list: &[HashPolicy]) -> HashPolicies {
                         return None;
                     }
                 },
-                HashSource::Cookie { name, .. } => CoreHashPolicy::cookie(name),
+                HashSource::Cookie {
+                    name,
+                    ttl: Some(ttl),
+                    path,
+                } => match CookieSpec::new(name, path, *ttl, Vec::new()) {
+                    Ok(spec) => Ok(CoreHashPolicy::cookie_generated(spec)),
+                    Err(e) => {
+                        log::warn!("hash policy on cookie {name:?} left out: {e}");
+                        return None;
+                    }
+                },
+                HashSource::Cookie {
+                    name, ttl: None, ..
+                } => CoreHashPolicy::cookie(name),
                 HashSource::SourceIp => Ok(CoreHashPolicy::source_ip()),
                 HashSource::QueryParameter(name) => CoreHashPolicy::query_parameter(name),
                 HashSource::FilterState(key) => CoreHashPolicy::filter_state(key),
@@ -259,7 +299,7 @@ fn route_hash_policies(list: &[HashPolicy]) -> HashPolicies {
             }
         })
         .collect();
-    HashPolicies::new(policies, Peer::Grpc)
+    HashPolicies::new(policies, Peer::GrpcExtended)
 }
 
 /// The index of a cluster at random by weight (gRFC A28).
@@ -621,7 +661,7 @@ mod tests {
     }
 
     #[test]
-    fn route_hash_policies_give_the_call_its_hash_with_grpc_rules() {
+    fn route_hash_policies_hash_headers_with_grpc_rules_and_cookies_as_envoy() {
         let hash = |sel: &ConfigSelector, h: &[(&str, &str)]| {
             sel.select("/a.B/C", &headers(h), "ch-1").unwrap().hash
         };
@@ -645,16 +685,41 @@ mod tests {
             hash(&terminal, &[("x-a", "foo"), ("x-b", "bar")]),
             Some(0x33bf_00a8_59c4_ba3f)
         );
-        // C-core ignores cookie policies.
-        let cookie = selector_with(vec![HashPolicy {
-            source: HashSource::Cookie {
-                name: "s".into(),
-                ttl: None,
-                path: "/".into(),
-            },
-            terminal: false,
-        }]);
-        assert_eq!(hash(&cookie, &[("cookie", "s=foo")]), None);
+        // Beyond C-core (which ignores them), cookie policies hash as
+        // Envoy's: the value's XXH64; with a ttl, a missing cookie is
+        // generated (a random value) and set on the response.
+        let cookie = |ttl| {
+            selector_with(vec![HashPolicy {
+                source: HashSource::Cookie {
+                    name: "s".into(),
+                    ttl,
+                    path: "/".into(),
+                },
+                terminal: false,
+            }])
+        };
+        let plain = cookie(None);
+        assert_eq!(
+            hash(&plain, &[("cookie", "s=foo")]),
+            Some(tether_core::hash::xxh64(b"foo", 0))
+        );
+        assert_eq!(hash(&plain, &[]), None, "no ttl: nothing generated");
+        let generating = cookie(Some(Duration::ZERO));
+        let a = generating.select("/a.B/C", &headers(&[]), "ch-1").unwrap();
+        let b = generating.select("/a.B/C", &headers(&[]), "ch-1").unwrap();
+        assert!(a.hash.is_some() && a.hash != b.hash, "a new value per call");
+        assert_eq!(a.hash_cookies.len(), 1);
+        let value = a.hash_cookies[0]
+            .strip_prefix("s=\"")
+            .and_then(|v| v.split('"').next())
+            .unwrap();
+        assert_eq!(a.hash, Some(tether_core::hash::xxh64(value.as_bytes(), 0)));
+        let sent = format!("s={value}");
+        let again = generating
+            .select("/a.B/C", &headers(&[("cookie", &sent)]), "ch-1")
+            .unwrap();
+        assert_eq!(again.hash, a.hash, "the cookie sent back keeps the hash");
+        assert!(again.hash_cookies.is_empty());
         // A route without policies computes nothing.
         assert_eq!(hash(&selector_with(vec![]), &[("x-a", "foo")]), None);
     }

@@ -240,6 +240,16 @@ impl ChannelBuilder {
         self
     }
 
+    /// Accepts MAGLEV clusters in the channel's own XdsClient (tether beyond
+    /// gRPC C-core, which NACKs them): they run as `ring_hash` over Envoy's
+    /// Maglev table. Off by default, so the channel validates as C-core does.
+    /// A shared XdsClient ([`ChannelBuilder::xds_client`]) keeps its own
+    /// setting.
+    pub fn maglev(mut self, on: bool) -> Self {
+        self.client_options.validation.maglev = on;
+        self
+    }
+
     /// How session cookies are written (default: C-core's format, unsigned).
     /// The channel reads every format whatever it writes.
     pub fn session_options(mut self, options: SessionOptions) -> Self {

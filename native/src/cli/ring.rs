@@ -263,6 +263,7 @@ fn evaluate(
         remote,
         local,
         filter_state: &filter_state,
+        generated: None,
     };
     let evaluation = policies.evaluate(&request);
     Ok(match evaluation.hash {

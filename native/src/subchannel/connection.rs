@@ -41,12 +41,33 @@ impl Connection {
     pub async fn send(
         &self,
         request: http::Request<Body>,
-    ) -> Result<http::Response<Incoming>, hyper::Error> {
+    ) -> Result<http::Response<Incoming>, SendError> {
         let mut sender = self.sender.clone();
-        sender.ready().await?;
+        if let Err(error) = sender.ready().await {
+            return Err(SendError {
+                error,
+                unsent: Some(request),
+            });
+        }
         log::trace!("subchannel {}: sending {}", self.address, request.uri());
-        sender.send_request(request).await
+        sender.try_send_request(request).await.map_err(|mut e| {
+            let unsent = e.take_message();
+            SendError {
+                error: e.into_error(),
+                unsent,
+            }
+        })
     }
+}
+
+/// A request that failed on a connection.
+#[derive(Debug)]
+pub struct SendError {
+    /// What hyper said.
+    pub error: hyper::Error,
+    /// The request, when it never reached the connection (it closed
+    /// first): it can be sent elsewhere, as gRPC's transparent retry does.
+    pub unsent: Option<http::Request<Body>>,
 }
 
 impl fmt::Debug for Connection {

@@ -19,7 +19,7 @@ mod connection;
 mod pool;
 mod state;
 
-pub use connection::Connection;
+pub use connection::{Connection, SendError};
 pub use pool::SubchannelPool;
 pub use state::ConnectivityState;
 
