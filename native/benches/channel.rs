@@ -717,19 +717,13 @@ fn pick_round_robin(bencher: Bencher) {
     bencher.bench_local(|| pick_once(&*f.bare, f).id());
 }
 
-/// The median over batches of the time of one pick, for the summary.
-fn median_pick_ns(
-    picker: &dyn Picker,
-    f: &PickerFixture,
-    attributes: &CallAttributes,
-    batches: usize,
-    size: u32,
-) -> f64 {
+/// The median over batches of the time of one `pick`, for the summary.
+fn median_ns<T>(batches: usize, size: u32, mut pick: impl FnMut() -> T) -> f64 {
     let mut per_pick: Vec<f64> = (0..batches)
         .map(|_| {
             let started = Instant::now();
             for _ in 0..size {
-                black_box(pick_with(picker, f, attributes).id());
+                black_box(pick());
             }
             started.elapsed().as_nanos() as f64 / f64::from(size)
         })
@@ -767,22 +761,10 @@ fn picker_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<Pic
         ..Default::default()
     };
     Ok(PickFigures {
-        chain_ns: median_pick_ns(&*f.chain, f, &plain, batches, size),
-        bare_ns: median_pick_ns(&*f.bare, f, &plain, batches, size),
-        override_ns: median_pick_ns(&*f.chain, f, &f.session, batches, size),
-        ring_ns: {
-            let mut v: Vec<f64> = (0..batches)
-                .map(|_| {
-                    let started = Instant::now();
-                    for _ in 0..size {
-                        black_box(ring_pick(ring).id());
-                    }
-                    started.elapsed().as_nanos() as f64 / f64::from(size)
-                })
-                .collect();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        },
+        chain_ns: median_ns(batches, size, || pick_with(&*f.chain, f, &plain).id()),
+        bare_ns: median_ns(batches, size, || pick_with(&*f.bare, f, &plain).id()),
+        override_ns: median_ns(batches, size, || pick_with(&*f.chain, f, &f.session).id()),
+        ring_ns: median_ns(batches, size, || ring_pick(ring).id()),
     })
 }
 

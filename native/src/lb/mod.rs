@@ -157,7 +157,8 @@ pub struct Pick {
     /// Told when the call ends.
     pub trackers: Trackers,
     /// The picked endpoint's addresses, the picked one first (gRFC A61), as
-    /// `xds_override_host` knows them: what a session cookie names.
+    /// `xds_override_host` knows them: what a session cookie names. Set for
+    /// calls the session filter applies to.
     pub endpoint: Option<Arc<[SocketAddr]>>,
 }
 

@@ -5,8 +5,8 @@
 //! first IDLE one is asked to connect and the pick queues; else a
 //! CONNECTING one queues it; else the first entry without a subchannel gets
 //! one (through the LB task) and the pick queues. TRANSIENT_FAILURE entries
-//! are skipped. Otherwise the child picks. Either way a completed pick
-//! carries the endpoint's address list, the one picked first.
+//! are skipped. Otherwise the child picks. Either way a completed pick of
+//! a session call carries the endpoint's address list, the one picked first.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -124,13 +124,13 @@ impl Picker for OverrideHostPicker {
             }
         }
         match self.child.pick(args) {
-            PickResult::Complete(mut pick) => {
+            // Only a call of the session filter needs its endpoint (for the
+            // cookie): other picks skip the map.
+            PickResult::Complete(mut pick) if args.attributes.override_addresses.is_some() => {
                 let addr = pick.subchannel.address();
                 if let Some(entry) = self.map.get(&addr) {
                     // A new session starts on this endpoint.
-                    if args.attributes.override_addresses.is_some() {
-                        self.used(addr, entry, args.attributes.session_id);
-                    }
+                    self.used(addr, entry, args.attributes.session_id);
                     pick.endpoint = Some(entry.addresses.clone());
                 }
                 PickResult::Complete(pick)
