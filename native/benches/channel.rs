@@ -1,5 +1,5 @@
 //! The channel benchmark, side by side in one run: `scripts/bench-channel.sh`
-//! (`cargo bench -p tether --bench channel -- [--quick] [--only eds,picker,throughput]`).
+//! (`cargo bench -p tether --bench channel -- [--quick] [--only eds,picker,throughput] [--kinds plain,...]`).
 //!
 //! 1. EDS: one update of a cluster with 10,000 endpoints (10 localities)
 //!    applied to the LB tree's root (`xds_cluster_manager`) on a real
@@ -112,7 +112,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "options: --quick | --duration SECS | --warmup SECS | --rounds N | \
---eds-rounds N | --only eds,picker,throughput";
+--eds-rounds N | --only eds,picker,throughput | --kinds plain,balance,one,static,session,sessions,xds";
 
 struct Args {
     quick: bool,
@@ -121,6 +121,8 @@ struct Args {
     rounds: usize,
     eds_rounds: usize,
     sections: BTreeSet<String>,
+    /// The throughput configurations to run.
+    kinds: Vec<Kind>,
 }
 
 impl Args {
@@ -132,6 +134,7 @@ impl Args {
             rounds: 5,
             eds_rounds: 3,
             sections: ["eds", "picker", "throughput"].map(str::to_owned).into(),
+            kinds: Kind::ALL.to_vec(),
         };
         let secs = |v: Option<String>| -> Result<Duration, String> {
             let v = v.ok_or("a value is missing")?;
@@ -170,6 +173,18 @@ impl Args {
                     {
                         return Err(format!("unknown section {bad:?}"));
                     }
+                }
+                "--kinds" => {
+                    let v = it.next().ok_or("--kinds needs a value")?;
+                    a.kinds = v
+                        .split(',')
+                        .map(|k| {
+                            Kind::ALL
+                                .into_iter()
+                                .find(|kind| kind.key() == k)
+                                .ok_or(format!("unknown configuration {k:?}"))
+                        })
+                        .collect::<Result<_, _>>()?;
                 }
                 // cargo bench passes it to every bench binary.
                 "--bench" => {}
@@ -775,9 +790,22 @@ enum Client {
     Tonic(EchoClient<tonic::transport::Channel>),
     Tether(EchoClient<tether::Channel>),
     Session(EchoClient<CookieJarService<tether::Channel>>),
+    /// A jar per calling task over one channel: each task is a session.
+    Sessions(tether::Channel),
 }
 
 impl Client {
+    /// The client one calling task uses: a clone, or for
+    /// [`Client::Sessions`] the channel behind a jar of its own.
+    fn for_task(&self) -> Client {
+        match self {
+            Client::Sessions(ch) => Client::Session(EchoClient::new(
+                CookieJarLayer::new(CookieJar::new()).layer(ch.clone()),
+            )),
+            other => other.clone(),
+        }
+    }
+
     /// One unary call; the backend that answered.
     async fn echo(&mut self) -> Result<String, tonic::Status> {
         let request = EchoRequest {
@@ -787,6 +815,7 @@ impl Client {
             Client::Tonic(c) => c.echo(request).await?,
             Client::Tether(c) => c.echo(request).await?,
             Client::Session(c) => c.echo(request).await?,
+            Client::Sessions(ch) => EchoClient::new(ch.clone()).echo(request).await?,
         };
         Ok(reply.into_inner().backend)
     }
@@ -796,17 +825,21 @@ impl Client {
 enum Kind {
     Plain,
     Balance,
+    TetherOne,
     TetherStatic,
     TetherSession,
+    TetherSessions,
     TetherXds,
 }
 
 impl Kind {
-    const ALL: [Kind; 5] = [
+    const ALL: [Kind; 7] = [
         Kind::Plain,
         Kind::Balance,
+        Kind::TetherOne,
         Kind::TetherStatic,
         Kind::TetherSession,
+        Kind::TetherSessions,
         Kind::TetherXds,
     ];
 
@@ -814,17 +847,42 @@ impl Kind {
         match self {
             Kind::Plain => "plain tonic Channel, 1 endpoint",
             Kind::Balance => "tonic Channel::balance_list, 3 endpoints",
+            Kind::TetherOne => "tether::Channel static, 1 endpoint",
             Kind::TetherStatic => "tether::Channel static, round robin over 3",
-            Kind::TetherSession => "tether::Channel static + session cookie (jar), pinned to 1",
+            Kind::TetherSession => "tether::Channel static + sessions, one jar: pinned to 1",
+            Kind::TetherSessions => "tether::Channel static + sessions, a jar per task over 3",
             Kind::TetherXds => "tether::Channel xDS (tether-control), round robin over 3",
         }
     }
 
+    /// A short name for `--kinds`.
+    fn key(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::Balance => "balance",
+            Kind::TetherOne => "one",
+            Kind::TetherStatic => "static",
+            Kind::TetherSession => "session",
+            Kind::TetherSessions => "sessions",
+            Kind::TetherXds => "xds",
+        }
+    }
+
     fn is_tether(self) -> bool {
-        matches!(
-            self,
-            Kind::TetherStatic | Kind::TetherSession | Kind::TetherXds
-        )
+        !matches!(self, Kind::Plain | Kind::Balance)
+    }
+
+    /// The configuration that differs from this one only in what is
+    /// measured: tonic over the same endpoints for the channels, the same
+    /// channel without the session filter and jar for sessions.
+    fn like_for_like(self) -> Option<Kind> {
+        match self {
+            Kind::Plain => None,
+            Kind::Balance | Kind::TetherOne => Some(Kind::Plain),
+            Kind::TetherStatic | Kind::TetherXds => Some(Kind::Balance),
+            Kind::TetherSession => Some(Kind::TetherOne),
+            Kind::TetherSessions => Some(Kind::TetherStatic),
+        }
     }
 }
 
@@ -901,16 +959,27 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
             tether::Channel::from_static(all(EndpointPolicy::RoundRobin, None)?)
                 .map_err(|e| e.to_string())?,
         )),
-        Kind::TetherSession => {
+        Kind::TetherOne => Client::Tether(EchoClient::new(
+            tether::Channel::from_static(StaticConfig {
+                endpoints: vec![StaticEndpoint::new(addrs[0])],
+                ..all(EndpointPolicy::RoundRobin, None)?
+            })
+            .map_err(|e| e.to_string())?,
+        )),
+        Kind::TetherSession | Kind::TetherSessions => {
             let cookie =
                 CookieSpec::new("grpc-session", "/", Duration::from_secs(3600), Vec::new())
                     .map_err(|e| e.to_string())?;
             let channel =
                 tether::Channel::from_static(all(EndpointPolicy::RoundRobin, Some(cookie))?)
                     .map_err(|e| e.to_string())?;
-            Client::Session(EchoClient::new(
-                CookieJarLayer::new(CookieJar::new()).layer(channel),
-            ))
+            if kind == Kind::TetherSessions {
+                Client::Sessions(channel)
+            } else {
+                Client::Session(EchoClient::new(
+                    CookieJarLayer::new(CookieJar::new()).layer(channel),
+                ))
+            }
         }
         Kind::TetherXds => Client::Tether(EchoClient::new(
             tether::Channel::builder()
@@ -922,7 +991,7 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
     // Connected to every endpoint it balances over before any measurement.
     // (A session's calls all go to one.)
     let want = match kind {
-        Kind::Plain | Kind::TetherSession => 1,
+        Kind::Plain | Kind::TetherOne | Kind::TetherSession => 1,
         _ => addrs.len(),
     };
     let mut c = client.clone();
@@ -950,7 +1019,7 @@ async fn load(client: &Client, concurrency: usize, warmup: Duration, window: Dur
     let end = measured_from + window;
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..concurrency {
-        let mut c = client.clone();
+        let mut c = client.for_task();
         tasks.spawn(async move {
             let mut latencies = Vec::with_capacity(4096);
             let mut errors = 0;
@@ -1014,7 +1083,7 @@ fn throughput_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result
     );
     rt.block_on(async {
         let mut clients = BTreeMap::new();
-        for kind in Kind::ALL {
+        for &kind in &args.kinds {
             clients.insert(kind, client(kind, addrs).await?);
         }
         let mut runs: BTreeMap<(usize, Kind), Vec<Run>> = BTreeMap::new();
@@ -1022,7 +1091,7 @@ fn throughput_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result
         // load spreads over all of them.
         for round in 1..=args.rounds {
             for concurrency in [1, 64] {
-                for kind in Kind::ALL {
+                for &kind in &args.kinds {
                     let run = load(&clients[&kind], concurrency, args.warmup, args.duration).await;
                     println!(
                         "round {round}  c={concurrency:<3} {:<58} {:>9.0} calls/s  p50 {:>9}  p99 {:>9}{}",
@@ -1078,31 +1147,38 @@ impl Summary {
         println!("\n== Summary (medians of the rounds)");
         if !self.rows.is_empty() {
             println!(
-                "\n| configuration | concurrency | calls/s | p50 | p99 | calls/s × plain | p99 × plain |"
+                "\n| configuration | concurrency | calls/s | p50 | p99 | calls/s × plain | p99 × plain | like for like: against | calls/s × | p99 × |"
             );
-            println!("|---|---|---|---|---|---|---|");
+            println!("|---|---|---|---|---|---|---|---|---|---|");
             let mut misses = Vec::new();
             let mut goals = Vec::new();
-            for r in &self.rows {
-                let plain = self
-                    .rows
+            let ratios = |r: &Row, base: Option<Kind>| -> (f64, f64) {
+                self.rows
                     .iter()
-                    .find(|p| p.kind == Kind::Plain && p.concurrency == r.concurrency);
-                let (tput, p99) = plain.map_or((f64::NAN, f64::NAN), |p| {
-                    (
-                        r.calls_per_s / p.calls_per_s,
-                        r.p99.as_secs_f64() / p.p99.as_secs_f64(),
-                    )
-                });
+                    .find(|p| Some(p.kind) == base && p.concurrency == r.concurrency)
+                    .map_or((f64::NAN, f64::NAN), |p| {
+                        (
+                            r.calls_per_s / p.calls_per_s,
+                            r.p99.as_secs_f64() / p.p99.as_secs_f64(),
+                        )
+                    })
+            };
+            for r in &self.rows {
+                let (tput, p99) = ratios(r, Some(Kind::Plain));
+                let like = r.kind.like_for_like();
+                let (like_tput, like_p99) = ratios(r, like);
                 println!(
-                    "| {} | {} | {:.0} | {} | {} | {:.2} | {:.2} |",
+                    "| {} | {} | {:.0} | {} | {} | {:.2} | {:.2} | {} | {:.2} | {:.2} |",
                     r.kind.label(),
                     r.concurrency,
                     r.calls_per_s,
                     fmt_dur(r.p50),
                     fmt_dur(r.p99),
                     tput,
-                    p99
+                    p99,
+                    like.map_or("", Kind::key),
+                    like_tput,
+                    like_p99
                 );
                 if r.errors > 0 || r.calls_per_s == 0.0 {
                     misses.push(format!(
@@ -1113,31 +1189,45 @@ impl Summary {
                         r.calls_per_s
                     ));
                 }
-                if r.kind.is_tether() {
-                    let who = format!("{}, c={}", r.kind.label(), r.concurrency);
-                    goals.push(goal_line(
-                        &format!("  {who}: calls/s ≥ 0.95 × plain"),
-                        tput >= 0.95,
-                        &format!("{tput:.2}"),
-                    ));
-                    goals.push(goal_line(
-                        &format!("  {who}: p99 ≤ 1.10 × plain"),
-                        p99 <= 1.10,
-                        &format!("{p99:.2}"),
-                    ));
+                if !r.kind.is_tether() {
+                    continue;
                 }
-            }
-            // Sessions against the same channel without them.
-            for c in [1, 64] {
-                let at = |k: Kind| self.rows.iter().find(|r| r.kind == k && r.concurrency == c);
-                if let (Some(with), Some(without)) =
-                    (at(Kind::TetherSession), at(Kind::TetherStatic))
-                {
-                    let ratio = with.calls_per_s / without.calls_per_s;
+                let who = format!("{}, c={}", r.kind.label(), r.concurrency);
+                if matches!(r.kind, Kind::TetherSession | Kind::TetherSessions) {
+                    // The sessions goal: against the same channel without them.
                     goals.push(goal_line(
-                        &format!("  sessions (jar, pinned) c={c}: calls/s ≥ 0.95 × the same channel without sessions"),
-                        ratio >= 0.95,
-                        &format!("{ratio:.2}"),
+                        &format!(
+                            "  {who}: calls/s ≥ 0.95 × without sessions ({})",
+                            like.map_or("", Kind::key)
+                        ),
+                        like_tput >= 0.95,
+                        &format!("{like_tput:.2}"),
+                    ));
+                    continue;
+                }
+                goals.push(goal_line(
+                    &format!("  {who}: calls/s ≥ 0.95 × plain tonic, 1 endpoint"),
+                    tput >= 0.95,
+                    &format!("{tput:.2}"),
+                ));
+                goals.push(goal_line(
+                    &format!("  {who}: p99 ≤ 1.10 × plain tonic, 1 endpoint"),
+                    p99 <= 1.10,
+                    &format!("{p99:.2}"),
+                ));
+                if like != Some(Kind::Plain) {
+                    let base = like.map_or("", Kind::key);
+                    goals.push(goal_line(
+                        &format!(
+                            "  {who}: calls/s ≥ 0.95 × tonic over the same endpoints ({base})"
+                        ),
+                        like_tput >= 0.95,
+                        &format!("{like_tput:.2}"),
+                    ));
+                    goals.push(goal_line(
+                        &format!("  {who}: p99 ≤ 1.10 × tonic over the same endpoints ({base})"),
+                        like_p99 <= 1.10,
+                        &format!("{like_p99:.2}"),
                     ));
                 }
             }

@@ -14,11 +14,6 @@ use envoy_types::pb::envoy::config::core::v3::HealthStatus;
 use tether_testkit::grpc::GrpcBackend;
 use xds_support::{Fixture, Mode};
 
-/// The `name=value` part of a Set-Cookie.
-fn pair(set_cookie: &str) -> String {
-    set_cookie.split(';').next().unwrap().to_owned()
-}
-
 fn serve_session(
     f: &Fixture,
     clusters: Vec<envoy_types::pb::google::protobuf::Any>,

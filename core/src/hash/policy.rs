@@ -469,9 +469,10 @@ fn rewritten<'v>(_h: &HeaderSource, value: &'v str) -> alloc::borrow::Cow<'v, [u
     alloc::borrow::Cow::Borrowed(value.as_bytes())
 }
 
-fn header_envoy(h: &HeaderSource, headers: &Headers<'_>) -> Option<u64> {
-    // Nearly every request carries the header once: hash that value without
-    // collecting anything.
+/// How many values header `h` has, and the hash of the first. Nearly every
+/// request carries the header once: that value is hashed without
+/// collecting or joining anything.
+fn first_value_hash(h: &HeaderSource, headers: &Headers<'_>) -> (usize, Option<u64>) {
     let mut count = 0usize;
     let mut single = None;
     headers.for_each_value(&h.name, &mut |v| {
@@ -480,9 +481,14 @@ fn header_envoy(h: &HeaderSource, headers: &Headers<'_>) -> Option<u64> {
             single = Some(xxh64(&rewritten(h, v), 0));
         }
     });
-    if count <= 1 {
-        return single;
-    }
+    (count, single)
+}
+
+fn header_envoy(h: &HeaderSource, headers: &Headers<'_>) -> Option<u64> {
+    let count = match first_value_hash(h, headers) {
+        (count, single) if count <= 1 => return single,
+        (count, _) => count,
+    };
     let mut values: Vec<Vec<u8>> = Vec::with_capacity(count);
     headers.for_each_value(&h.name, &mut |v| values.push(rewritten(h, v).into_owned()));
     values.sort_unstable();
@@ -493,15 +499,18 @@ fn header_grpc(h: &HeaderSource, headers: &Headers<'_>) -> Option<u64> {
     if h.name.ends_with("-bin") {
         return None;
     }
-    let mut joined: Option<String> = None;
-    headers.for_each_value(&h.name, &mut |v| match &mut joined {
-        None => joined = Some(v.to_string()),
-        Some(j) => {
-            j.push(',');
-            j.push_str(v);
+    if let (0 | 1, single) = first_value_hash(h, headers) {
+        return single;
+    }
+    let mut joined = String::new();
+    let mut first = true;
+    headers.for_each_value(&h.name, &mut |v| {
+        if !core::mem::replace(&mut first, false) {
+            joined.push(',');
         }
+        joined.push_str(v);
     });
-    joined.map(|j| xxh64(&rewritten(h, &j), 0))
+    Some(xxh64(&rewritten(h, &joined), 0))
 }
 
 fn cookie(
@@ -859,6 +868,9 @@ mod tests {
         assert_eq!(e.hash, RequestHash::Hash(key_hash("foo,bar")));
         let one = eval(&p, &[("x-user", "foo")]);
         assert_eq!(one.hash, RequestHash::Hash(key_hash("foo")));
+        // An empty value still takes its place in the list.
+        let empty_first = eval(&p, &[("x-user", ""), ("x-user", "bar"), ("x-user", "")]);
+        assert_eq!(empty_first.hash, RequestHash::Hash(key_hash(",bar,")));
         let bin = HashPolicies::new(vec![HashPolicy::header("x-id-bin").unwrap()], Peer::Grpc);
         assert_eq!(
             eval(&bin, &[("x-id-bin", "AAE=")]).hash,

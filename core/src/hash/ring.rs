@@ -125,6 +125,29 @@ pub struct Ring {
     /// `owners[i]` is the index (into `hosts`) of the host of entry `i`.
     owners: Vec<u32>,
     hosts: Vec<Host>,
+    /// `starts[b]`: the first entry whose hash's top `bucket_bits` bits are
+    /// ≥ `b` (one more for the end), so a pick searches one bucket, about
+    /// one entry, instead of the whole ring.
+    starts: Vec<u32>,
+    bucket_bits: u32,
+}
+
+/// The bucket index of ascending `hashes`: about one entry a bucket, at
+/// most 2^16 buckets.
+fn bucket_starts(hashes: &[u64]) -> (Vec<u32>, u32) {
+    let bits = (usize::BITS - hashes.len().max(2).saturating_sub(1).leading_zeros()).clamp(1, 16);
+    let buckets = 1usize << bits;
+    let mut starts = Vec::with_capacity(buckets + 1);
+    let mut i = 0;
+    for b in 0..buckets {
+        while i < hashes.len() && ((hashes[i] >> (64 - bits)) as usize) < b {
+            i += 1;
+        }
+        // A ring has at most u32::MAX entries (the owners are u32).
+        starts.push(i as u32);
+    }
+    starts.push(hashes.len() as u32);
+    (starts, bits)
 }
 
 impl Ring {
@@ -186,11 +209,14 @@ impl Ring {
         // Ties (equal hashes) are left in any order by Envoy's sort; break
         // them by host order so a build is at least deterministic.
         entries.sort_unstable();
-        let (hashes, owners) = entries.into_iter().unzip();
+        let (hashes, owners): (Vec<u64>, Vec<u32>) = entries.into_iter().unzip();
+        let (starts, bucket_bits) = bucket_starts(&hashes);
         Ok(Ring {
             hashes,
             owners,
             hosts: n.hosts,
+            starts,
+            bucket_bits,
         })
     }
 
@@ -214,7 +240,11 @@ impl Ring {
     }
 
     fn entry_for(&self, hash: u64) -> usize {
-        let i = self.hashes.partition_point(|&h| h < hash);
+        // Entries before the bucket's start are below `hash`, those from the
+        // next bucket's start above it: search in between.
+        let b = (hash >> (64 - self.bucket_bits)) as usize;
+        let (lo, hi) = (self.starts[b] as usize, self.starts[b + 1] as usize);
+        let i = lo + self.hashes[lo..hi].partition_point(|&h| h < hash);
         if i == self.hashes.len() {
             0
         } else {
@@ -278,6 +308,44 @@ mod tests {
         (0..3)
             .map(|i| Host::new(format!("127.0.0.1:{}", 441 + i), weights[i]))
             .collect()
+    }
+
+    /// The whole-ring search the bucket index stands in for.
+    fn searched(ring: &Ring, hash: u64) -> usize {
+        let i = ring.hashes.partition_point(|&h| h < hash);
+        if i == ring.hashes.len() {
+            0
+        } else {
+            i
+        }
+    }
+
+    #[test]
+    fn the_bucket_index_finds_the_entry_a_whole_ring_search_finds() {
+        for (hosts, min) in [(1usize, 1u64), (3, 1024), (1000, 1024), (7, 70_000)] {
+            let config = RingConfig {
+                minimum_ring_size: min,
+                ..RingConfig::default()
+            };
+            let ring = Ring::build(
+                (0..hosts).map(|i| Host::new(format!("10.0.{}.{}:80", i / 256, i % 256), 1)),
+                &config,
+            )
+            .unwrap();
+            let mut probes = vec![0, 1, u64::MAX, u64::MAX - 1, 1 << 63];
+            // Every entry's hash, and its neighbours: the bucket edges.
+            for &h in &ring.hashes {
+                probes.extend([h, h.wrapping_sub(1), h.wrapping_add(1)]);
+            }
+            probes.extend((0..10_000u64).map(|k| key_hash(&format!("key-{k}"))));
+            for h in probes {
+                assert_eq!(
+                    ring.entry_for(h),
+                    searched(&ring, h),
+                    "{hosts} hosts, hash {h:#x}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -391,12 +391,25 @@ pub async fn echo_cookie(
     channel: &Channel,
     cookie: Option<&str>,
 ) -> Result<(String, Vec<String>), tonic::Status> {
+    echo_cookie_routed(channel, cookie, None).await
+}
+
+/// [`echo_cookie`] with an optional `x-route` header (for routes matching
+/// on it).
+pub async fn echo_cookie_routed(
+    channel: &Channel,
+    cookie: Option<&str>,
+    x_route: Option<&str>,
+) -> Result<(String, Vec<String>), tonic::Status> {
     let mut client = EchoClient::new(channel.clone());
     let mut request = tonic::Request::new(EchoRequest {
         message: "x".into(),
     });
     if let Some(c) = cookie {
         request.metadata_mut().insert("cookie", c.parse().unwrap());
+    }
+    if let Some(r) = x_route {
+        request.metadata_mut().insert("x-route", r.parse().unwrap());
     }
     request.set_timeout(Duration::from_secs(20));
     let response = client.echo(request).await?;
@@ -407,6 +420,11 @@ pub async fn echo_cookie(
         .map(|v| v.to_str().unwrap().to_owned())
         .collect();
     Ok((response.into_inner().backend, set_cookie))
+}
+
+/// The `name=value` part of a Set-Cookie.
+pub fn pair(set_cookie: &str) -> String {
+    set_cookie.split(';').next().unwrap().to_owned()
 }
 
 /// `route` with the stateful session filter `filter` disabled on it

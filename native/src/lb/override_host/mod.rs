@@ -29,7 +29,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
-use tokio::time::Instant;
 
 use super::{
     Child, ConnectivityState, Ctx, EndpointAddresses, Event, HealthStatus, LbConfig, LbPolicy,
@@ -73,8 +72,22 @@ pub struct MapEntry {
     owned: AtomicBool,
     /// The sessions that used it: session id → `last_used_ms`. Pruned by
     /// the sweep; read for drain readiness.
-    sessions: Mutex<HashMap<u64, u64>>,
+    sessions: Mutex<Sessions>,
+    /// The sessions recorded in `sessions` lately, direct-mapped by id:
+    /// (id, when). A session's next pick within [`RECORD_EVERY_MS`] of its
+    /// record takes no lock.
+    recent: [(AtomicU64, AtomicU64); RECENT_SLOTS],
 }
+
+/// Slots of [`MapEntry::recent`].
+const RECENT_SLOTS: usize = 16;
+
+/// How stale a session's time in the ledger may get: drain readiness is
+/// about `idle_timeout` (an hour by default, sweeps at least 5 s apart).
+pub const RECORD_EVERY_MS: u64 = 250;
+
+/// Session id → when it last used an address.
+type Sessions = HashMap<u64, u64, foldhash::fast::RandomState>;
 
 impl MapEntry {
     fn subchannel(&self) -> Option<Subchannel> {
@@ -85,7 +98,22 @@ impl MapEntry {
         self.subchannel.store(sc.map(|s| Arc::new(s.downgrade())));
     }
 
-    fn sessions(&self) -> MutexGuard<'_, HashMap<u64, u64>> {
+    /// Notes that session `id` used this address at `now`.
+    fn record_session(&self, id: u64, now: u64) {
+        let (slot_id, slot_at) = &self.recent[(id % RECENT_SLOTS as u64) as usize];
+        if slot_id.load(Ordering::Relaxed) == id
+            && now.saturating_sub(slot_at.load(Ordering::Relaxed)) < RECORD_EVERY_MS
+        {
+            return;
+        }
+        self.sessions().insert(id, now);
+        // Two sessions sharing a slot may mix their id and time here; each
+        // was just recorded, so a skip stays within the bound.
+        slot_id.store(id, Ordering::Relaxed);
+        slot_at.store(now, Ordering::Relaxed);
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
         // Inserts and retains cannot leave the map half-changed.
         self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -118,7 +146,7 @@ pub struct AddressSessions {
 }
 
 /// The address map pickers read.
-pub type AddressMap = HashMap<SocketAddr, Arc<MapEntry>>;
+pub type AddressMap = HashMap<SocketAddr, Arc<MapEntry>, foldhash::fast::RandomState>;
 
 /// The `xds_override_host` policy.
 pub struct OverrideHost {
@@ -127,7 +155,7 @@ pub struct OverrideHost {
     /// Subchannels kept for sessions.
     owned: HashMap<SocketAddr, Subchannel>,
     child: Option<Child>,
-    epoch: Instant,
+    clock: Clock,
     sweep: Option<Timer>,
     picker: Option<SharedPicker>,
 }
@@ -143,17 +171,17 @@ impl OverrideHost {
     pub fn new() -> Self {
         OverrideHost {
             config: None,
-            map: Arc::new(HashMap::new()),
+            map: Arc::default(),
             owned: HashMap::new(),
             child: None,
-            epoch: Instant::now(),
+            clock: Clock::start(),
             sweep: None,
             picker: None,
         }
     }
 
     fn now_ms(&self) -> u64 {
-        now_ms(self.epoch)
+        self.clock.now_ms()
     }
 
     fn idle_timeout(&self) -> Duration {
@@ -167,7 +195,7 @@ impl OverrideHost {
     /// The address map for `endpoints`, keeping the use of addresses that
     /// stay; owned subchannels of addresses that left are let go.
     fn rebuild_map(&mut self, ctx: &Ctx<'_>, endpoints: &[EndpointAddresses]) {
-        let mut map = HashMap::with_capacity(endpoints.len());
+        let mut map = AddressMap::with_capacity_and_hasher(endpoints.len(), Default::default());
         for e in endpoints {
             for (i, addr) in e.addresses.iter().enumerate() {
                 // This address first, then the endpoint's others in order.
@@ -190,6 +218,7 @@ impl OverrideHost {
                     ),
                     owned: AtomicBool::new(self.owned.contains_key(addr)),
                     sessions: Mutex::new(old.map(|o| o.sessions().clone()).unwrap_or_default()),
+                    recent: Default::default(),
                 };
                 entry.set_subchannel(
                     self.owned
@@ -214,7 +243,7 @@ impl OverrideHost {
             self.map.clone(),
             child.get().picker(),
             ctx.events(),
-            self.epoch,
+            self.clock,
         )));
         true
     }
@@ -326,10 +355,37 @@ impl OverrideHost {
 /// `last_used_ms` of an address no session used.
 const NEVER: u64 = 0;
 
-/// Milliseconds since `epoch`, plus one so that no use is [`NEVER`] (the
-/// offset cancels out of every difference).
-fn now_ms(epoch: Instant) -> u64 {
-    epoch.elapsed().as_millis() as u64 + 1
+/// The clock of last-used times: milliseconds since the policy started,
+/// plus one so that no use is [`NEVER`] (the offset cancels out of every
+/// difference). Every session pick reads it, so it is the coarse monotonic
+/// clock (a few ns a read, a few ms of resolution, against an idle timeout
+/// of seconds to hours); unit tests read tokio's, which they pause.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    #[cfg(not(test))]
+    start: coarsetime::Instant,
+    #[cfg(test)]
+    start: tokio::time::Instant,
+}
+
+impl Clock {
+    fn start() -> Clock {
+        Clock {
+            #[cfg(not(test))]
+            start: coarsetime::Instant::now(),
+            #[cfg(test)]
+            start: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Milliseconds since the start, plus one.
+    fn now_ms(&self) -> u64 {
+        #[cfg(not(test))]
+        let ms = self.start.elapsed().as_millis();
+        #[cfg(test)]
+        let ms = self.start.elapsed().as_millis() as u64;
+        ms + 1
+    }
 }
 
 impl LbPolicy for OverrideHost {

@@ -13,9 +13,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
-use super::{now_ms, AddressMap, MapEntry};
+use super::{AddressMap, Clock, MapEntry};
 use crate::lb::{
     ConnectivityState, Event, Pick, PickArgs, PickResult, Picker, SharedPicker, Subchannel,
 };
@@ -27,7 +26,7 @@ pub struct OverrideHostPicker {
     map: Arc<AddressMap>,
     child: SharedPicker,
     events: mpsc::UnboundedSender<Event>,
-    epoch: Instant,
+    clock: Clock,
 }
 
 impl std::fmt::Debug for OverrideHostPicker {
@@ -46,24 +45,27 @@ impl OverrideHostPicker {
         map: Arc<AddressMap>,
         child: SharedPicker,
         events: mpsc::UnboundedSender<Event>,
-        epoch: Instant,
+        clock: Clock,
     ) -> Self {
         OverrideHostPicker {
             statuses,
             map,
             child,
             events,
-            epoch,
+            clock,
         }
     }
 
     /// A session uses `entry`: note when, and have the LB task keep its
     /// subchannel (told once per ownership).
     fn used(&self, addr: SocketAddr, entry: &MapEntry, session: Option<u64>) {
-        let now = now_ms(self.epoch);
-        entry.last_used_ms.store(now, Ordering::Relaxed);
+        let now = self.clock.now_ms();
+        // Milliseconds: most picks of a busy endpoint find it written.
+        if entry.last_used_ms.load(Ordering::Relaxed) != now {
+            entry.last_used_ms.store(now, Ordering::Relaxed);
+        }
         if let Some(id) = session {
-            entry.sessions().insert(id, now);
+            entry.record_session(id, now);
         }
         if !entry.owned.swap(true, Ordering::Relaxed) {
             let _ = self.events.send(Event::SessionUsed(addr));

@@ -94,7 +94,7 @@ async fn the_sweep_keeps_a_used_subchannel_and_lets_go_one_idle_timeout_after_it
     let entry = h.policy.map[&a].clone();
     entry
         .last_used_ms
-        .store(now_ms(h.policy.epoch), Ordering::Relaxed);
+        .store(h.policy.clock.now_ms(), Ordering::Relaxed);
     // First sweep idle_timeout after the first update: used 30 s ago, kept;
     // the next one when it would expire.
     let first = h.next_timer().await;
@@ -127,7 +127,7 @@ async fn sweeps_are_at_least_5_s_apart_and_none_runs_with_an_empty_map() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     h.policy.map[&a]
         .last_used_ms
-        .store(now_ms(h.policy.epoch), Ordering::Relaxed);
+        .store(h.policy.clock.now_ms(), Ordering::Relaxed);
     let first = h.next_timer().await;
     assert_eq!(first - start, Duration::from_secs(60));
     let second = h.next_timer().await;
@@ -169,7 +169,7 @@ impl Harness {
         self.with(|p, ctx| p.event(ctx, &Event::SessionConnect(addr)));
         self.policy.map[&addr]
             .last_used_ms
-            .store(now_ms(self.policy.epoch), Ordering::Relaxed);
+            .store(self.policy.clock.now_ms(), Ordering::Relaxed);
     }
 
     fn sweep_due(&self) -> Duration {
