@@ -6,8 +6,10 @@ use envoy_types::pb::envoy::config::cluster::v3 as cpb;
 use envoy_types::pb::envoy::config::listener::v3 as lpb;
 use envoy_types::pb::envoy::config::route::v3 as rpb;
 use prost::Message;
-use tether::control::{translate, Config, ControlPlane, Flavor, Reload, Reloader};
+use tether::control::model::SessionFilter;
+use tether::control::{translate, Config, ControlPlane, Flavor, Overrides, Reload, Reloader};
 use tether::xds::resource::{decode, ResourceKind};
+use tether_core::cookie::Format;
 
 const BASE: &str = r#"listener:
   port: 10000
@@ -681,4 +683,226 @@ fn reload_keeps_the_last_good_snapshot() {
     .unwrap();
     assert_eq!(reloader.reload(), Reload::Published(2));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// The tether plugin for Envoy clients (`envoy.sessionFilter: plugin`).
+
+const PLUGIN: &str = "/opt/tether/tether_plugin.wasm";
+
+/// BASE with the plugin for Envoy, writing C-core's format.
+fn with_plugin() -> String {
+    let yaml = BASE.replace(
+        "            idleTimeout: 600s\n",
+        "            idleTimeout: 600s\n            format: grpc\n",
+    );
+    format!("{yaml}envoy:\n  sessionFilter: plugin\n  plugin:\n    filename: {PLUGIN}\n")
+}
+
+fn decode_any<M: Message + Default>(any: &envoy_types::pb::google::protobuf::Any) -> M {
+    M::decode(any.value.as_slice()).unwrap()
+}
+
+#[test]
+fn plugin_settings_parse() {
+    let c = Config::parse(&with_plugin()).unwrap();
+    assert_eq!(c.envoy.session_filter, SessionFilter::Plugin);
+    let plugin = c.envoy.plugin.as_ref().unwrap();
+    assert_eq!(plugin.filename.as_deref(), Some(PLUGIN));
+    assert_eq!(plugin.override_header(), "x-tether-override-host");
+    let session = c.virtualhosts[0].routes[2]
+        .load_balancer_policy
+        .session
+        .as_ref()
+        .unwrap();
+    assert_eq!(session.format.unwrap().0, Format::Grpc);
+    // Without the section: Envoy's own filter.
+    assert_eq!(
+        Config::parse(BASE).unwrap().envoy.session_filter,
+        SessionFilter::Native
+    );
+    // The command line gives (and overrides) the file.
+    let no_file = with_plugin().replace(&format!("    filename: {PLUGIN}\n"), "");
+    let over = Overrides {
+        plugin_filename: Some("/srv/plugin.wasm".into()),
+    };
+    let c = Config::parse_with(&no_file, &over).unwrap();
+    assert_eq!(
+        c.envoy.plugin.unwrap().filename.as_deref(),
+        Some("/srv/plugin.wasm")
+    );
+    let c = Config::parse_with(&with_plugin(), &over).unwrap();
+    assert_eq!(
+        c.envoy.plugin.unwrap().filename.as_deref(),
+        Some("/srv/plugin.wasm")
+    );
+}
+
+#[test]
+fn plugin_errors_name_the_field_value_and_line() {
+    let yaml = with_plugin();
+    // A format needs the plugin: Envoy's own filter writes only its own.
+    let native = BASE.replace(
+        "            idleTimeout: 600s\n",
+        "            idleTimeout: 600s\n            format: grpc\n",
+    );
+    assert_err_at(
+        &native,
+        "virtualhosts[0].routes[2].loadBalancerPolicy.session.format: \"grpc\" needs envoy.sessionFilter: plugin (Envoy's own filter writes only its own format; proxyless clients choose theirs)",
+        "grpc",
+    );
+    // Plugin settings without the plugin.
+    assert_err_at(
+        &yaml.replace("sessionFilter: plugin", "sessionFilter: native"),
+        "envoy.plugin: \"native\" is only used with envoy.sessionFilter: plugin (envoy.sessionFilter is native)",
+        "filename:",
+    );
+    // No file, a relative file, a bad header.
+    let e = err(&yaml.replace(&format!("    filename: {PLUGIN}\n"), ""));
+    assert_eq!(
+        e,
+        "envoy.plugin.filename: \"\" is required with envoy.sessionFilter: plugin (or tether-control --plugin FILE)"
+    );
+    assert_err_at(
+        &yaml.replace(PLUGIN, "tether_plugin.wasm"),
+        "envoy.plugin.filename: \"tether_plugin.wasm\" must be an absolute path (Envoy opens it from its own working directory)",
+        "tether_plugin.wasm",
+    );
+    assert_err_at(
+        &format!("{yaml}    overrideHeader: \"x bad\"\n"),
+        "envoy.plugin.overrideHeader: \"x bad\" is not a valid header name",
+        "\"x bad\"",
+    );
+    // Bad values and unknown fields, from the parser.
+    let e = err(&yaml.replace("sessionFilter: plugin", "sessionFilter: wasm"));
+    assert!(
+        e.starts_with("envoy.sessionFilter: unknown variant `wasm`, expected `native` or `plugin`"),
+        "{e}"
+    );
+    assert!(
+        e.contains(&format!("at line {}", line_of(&yaml, "sessionFilter"))),
+        "{e}"
+    );
+    let e = err(&yaml.replace("format: grpc", "format: json"));
+    assert!(
+        e.starts_with("virtualhosts[0].routes[2].loadBalancerPolicy.session.format: \"json\" is not a cookie format (envoy, grpc, legacy)"),
+        "{e}"
+    );
+    let e = err(&yaml.replace("    filename:", "    file:"));
+    assert!(e.starts_with("envoy.plugin: unknown field `file`"), "{e}");
+}
+
+#[test]
+fn plugin_translation_for_envoy_leaves_proxyless_alone() {
+    use envoy_types::pb::envoy::extensions::filters::http::wasm::v3::Wasm;
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::override_host::v3::OverrideHost;
+    use envoy_types::pb::envoy::extensions::wasm::v3::plugin_config::Vm;
+    use envoy_types::pb::envoy::extensions::wasm::v3::PluginConfig;
+
+    // A second Session route with other cookie settings: a second instance.
+    let yaml = with_plugin().replace(
+        "services:\n  - name: web\n    protocol",
+        "      - conditions: [{ prefix: /checkout }]\n        services: [{ name: api }]\n        loadBalancerPolicy:\n          strategy: Session\n          session: { cookie: { name: pay, path: /checkout }, format: envoy }\nservices:\n  - name: web\n    protocol",
+    );
+    let t = translate(&Config::parse(&yaml).unwrap());
+    // Proxyless clients get exactly what they get without the plugin.
+    let native = yaml
+        .replace("            format: grpc\n", "")
+        .replace(", format: envoy", "")
+        .replace(
+            &format!("envoy:\n  sessionFilter: plugin\n  plugin:\n    filename: {PLUGIN}\n"),
+            "",
+        );
+    assert_eq!(
+        t.proxyless,
+        translate(&Config::parse(&native).unwrap()).proxyless
+    );
+
+    // Envoy's filters: both instances, off by default, then the router.
+    let l: lpb::Listener = decode_any(&t.envoy[&ResourceKind::Listener]["tether-ingress"]);
+    let Some(lpb::filter::ConfigType::TypedConfig(any)) =
+        l.filter_chains[0].filters[0].config_type.clone()
+    else {
+        panic!()
+    };
+    let manager: hcm::HttpConnectionManager = decode_any(&any);
+    let names: Vec<(&str, bool)> = manager
+        .http_filters
+        .iter()
+        .map(|f| (f.name.as_str(), f.disabled))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("tether", true),
+            ("tether-2", true),
+            ("envoy.filters.http.router", false)
+        ]
+    );
+    let Some(hcm::http_filter::ConfigType::TypedConfig(any)) = &manager.http_filters[0].config_type
+    else {
+        panic!()
+    };
+    assert_eq!(
+        any.type_url,
+        "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
+    );
+    let wasm: Wasm = decode_any(any);
+    let config: PluginConfig = wasm.config.unwrap();
+    assert_eq!(
+        (config.name.as_str(), config.root_id.as_str()),
+        ("tether", "tether")
+    );
+    let json: envoy_types::pb::google::protobuf::StringValue =
+        decode_any(config.configuration.as_ref().unwrap());
+    assert_eq!(
+        json.value,
+        r#"{"cookie":{"name":"s","path":"/","ttl":"60s","attributes":[{"name":"SameSite","value":"Lax"}]},"strict":false,"format":"grpc","override_header":"x-tether-override-host","override_encoding":"list"}"#
+    );
+    let Some(Vm::VmConfig(vm)) = config.vm else {
+        panic!()
+    };
+    assert_eq!(vm.runtime, "envoy.wasm.runtime.v8");
+    assert!(format!("{:?}", vm.code).contains(PLUGIN));
+
+    // Envoy's routes switch their instance on; no stateful_session config.
+    let rc: rpb::RouteConfiguration =
+        decode_any(&t.envoy[&ResourceKind::RouteConfiguration]["tether-routes"]);
+    let routes = &rc.virtual_hosts[0].routes;
+    let on = |i: usize| -> Vec<&str> {
+        let mut k: Vec<&str> = routes[i]
+            .typed_per_filter_config
+            .keys()
+            .map(String::as_str)
+            .collect();
+        k.sort();
+        k
+    };
+    assert_eq!(on(2), ["tether"]);
+    assert_eq!(on(3), ["tether-2"]);
+    assert!(on(0).is_empty() && on(1).is_empty());
+    let filter_config: rpb::FilterConfig = decode_any(&routes[2].typed_per_filter_config["tether"]);
+    assert!(!filter_config.disabled && filter_config.config.is_some());
+    let Some(rpb::route::Action::Route(a)) = &routes[2].action else {
+        panic!()
+    };
+    assert_eq!(a.retry_policy.as_ref().unwrap().retry_on, "connect-failure");
+    // Proxyless routes keep the stateful session override.
+    let prc: rpb::RouteConfiguration =
+        decode_any(&t.proxyless[&ResourceKind::RouteConfiguration]["tether-routes"]);
+    assert!(prc.virtual_hosts[0].routes[2]
+        .typed_per_filter_config
+        .contains_key("envoy.filters.http.stateful_session"));
+
+    // Envoy's session clusters route with override_host on the plugin's header.
+    let c: cpb::Cluster = decode_any(&t.envoy[&ResourceKind::Cluster]["web/session"]);
+    let policy = &c.load_balancing_policy.as_ref().unwrap().policies[0];
+    let ext = policy.typed_extension_config.as_ref().unwrap();
+    assert_eq!(ext.name, "envoy.load_balancing_policies.override_host");
+    let oh: OverrideHost = decode_any(ext.typed_config.as_ref().unwrap());
+    assert_eq!(oh.override_host_sources[0].header, "x-tether-override-host");
+    assert!(format!("{:?}", oh.fallback_policy).contains("round_robin"));
+    // Other Envoy clusters are untouched.
+    let rr: cpb::Cluster = decode_any(&t.envoy[&ResourceKind::Cluster]["web"]);
+    assert!(rr.load_balancing_policy.is_none());
 }

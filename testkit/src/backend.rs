@@ -124,7 +124,7 @@ impl Backend<Http> {
     }
 }
 
-async fn answer(
+pub(crate) async fn answer(
     req: Request<hyper::body::Incoming>,
     name: String,
     addr: SocketAddr,

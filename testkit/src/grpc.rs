@@ -22,6 +22,7 @@ use tonic::{Request, Response, Status};
 
 use crate::backend::Backend;
 pub use tether_proto::demo::v1::echo_client::EchoClient;
+use tonic::codegen::Service;
 
 /// The demo service `tether.demo.v1.Echo` over gRPC.
 pub enum Grpc {}
@@ -66,6 +67,66 @@ impl Backend<Grpc> {
             }
         });
         Backend::new(name, addr, served, task)
+    }
+}
+
+/// HTTP/1.1 (answered as [`crate::backend`] says) and gRPC (the demo Echo
+/// service) on one port: a request whose `content-type` starts with
+/// `application/grpc` goes to Echo, any other to the HTTP answer.
+pub enum Dual {}
+
+/// A running backend serving both HTTP and gRPC.
+pub type DualBackend = Backend<Dual>;
+
+impl Backend<Dual> {
+    /// Starts a backend called `name` on a random 127.0.0.1 port.
+    pub async fn start(name: &str) -> DualBackend {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind backend");
+        let addr = listener.local_addr().expect("backend addr");
+        let hits = Arc::new(AtomicU64::new(0));
+        let routes = Routes::new(EchoServer::new(EchoService {
+            name: name.to_string(),
+            addr,
+            served: hits.clone(),
+        }));
+        let (n, h) = (name.to_string(), hits.clone());
+        let task = tokio::spawn(async move {
+            // Dropping this set (when the task is aborted) closes every connection.
+            let mut conns = JoinSet::new();
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let (n, h, routes) = (n.clone(), h.clone(), routes.clone());
+                let svc = hyper::service::service_fn(
+                    move |req: hyper::Request<hyper::body::Incoming>| {
+                        let grpc = req
+                            .headers()
+                            .get("content-type")
+                            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+                        let (n, h, mut routes) = (n.clone(), h.clone(), routes.clone());
+                        async move {
+                            if grpc {
+                                routes.call(req).await
+                            } else {
+                                let resp = crate::backend::answer(req, n, addr, h).await?;
+                                Ok(resp.map(tonic::body::Body::new))
+                            }
+                        }
+                    },
+                );
+                conns.spawn(async move {
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+                while conns.try_join_next().is_some() {}
+            }
+        });
+        Backend::new(name, addr, hits, task)
     }
 }
 

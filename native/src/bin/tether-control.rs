@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use tether::control::{Reload, Reloader};
+use tether::control::{Overrides, Reload, Reloader};
 
 /// tether's xDS control plane.
 #[derive(Debug, Parser)]
@@ -19,6 +19,10 @@ struct Args {
     /// printed on stdout as `listening on <addr>`).
     #[arg(long, default_value = "127.0.0.1:18000")]
     listen: SocketAddr,
+    /// The tether plugin's `.wasm` file as Envoy sees it (an absolute path),
+    /// for `envoy.sessionFilter: plugin`; overrides `envoy.plugin.filename`.
+    #[arg(long, value_name = "FILE")]
+    plugin: Option<PathBuf>,
     /// How often to check the file for changes, in milliseconds.
     #[arg(long, default_value_t = 250)]
     poll_ms: u64,
@@ -50,7 +54,10 @@ fn main() {
 }
 
 async fn run(args: Args) -> i32 {
-    let (plane, reloader) = match Reloader::start(&args.config) {
+    let overrides = Overrides {
+        plugin_filename: args.plugin.as_ref().map(|p| p.display().to_string()),
+    };
+    let (plane, reloader) = match Reloader::start_with(&args.config, overrides) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("tether-control: {e}");

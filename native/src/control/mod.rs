@@ -14,7 +14,7 @@ pub mod server;
 pub mod translate;
 pub mod watch;
 
-pub use model::{Config, ModelError};
+pub use model::{Config, ModelError, Overrides};
 pub use server::{ControlPlane, Snapshot};
 pub use translate::{translate, Flavor, Translated};
 pub use watch::{LoadError, Reload, Reloader};

@@ -3,8 +3,12 @@
 //! (`loadBalancerPolicy.strategy`: `RoundRobin`, `Random`, `Cookie`,
 //! `RequestHash` with `requestHashPolicies`, or `Session` for a stateful
 //! session cookie), and aggregate services that fail over between other
-//! services (`aggregate: [primary, fallback]`). See `CONTROL.md` for the
-//! format with an example.
+//! services (`aggregate: [primary, fallback]`). An optional `envoy` section
+//! chooses what Envoy clients get for `Session` routes: Envoy's own
+//! `stateful_session` filter (`sessionFilter: native`, the default) or the
+//! tether plugin (`sessionFilter: plugin`, with `plugin.filename`), which
+//! writes the cookie in the route's `session.format`. See `CONTROL.md` for
+//! the format with an example.
 //!
 //! Parsing rejects unknown fields and bad values with the field's path, line
 //! and column; [`Config::validate`] then checks what crosses fields (service
@@ -109,6 +113,92 @@ pub struct Config {
     /// Services and their endpoints.
     #[serde(default)]
     pub services: Vec<ServiceSpec>,
+    /// What Envoy clients get for `Session` routes (default: Envoy's own
+    /// stateful_session filter). Proxyless clients are not affected.
+    #[serde(default)]
+    pub envoy: EnvoySpec,
+}
+
+/// The `envoy` section: how Envoy clients keep sessions.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct EnvoySpec {
+    /// Which filter pins `Session` routes in Envoy.
+    #[serde(default, rename = "sessionFilter")]
+    pub session_filter: SessionFilter,
+    /// The tether plugin's settings, for `sessionFilter: plugin`.
+    #[serde(default)]
+    pub plugin: Option<PluginSpec>,
+}
+
+/// The filter Envoy clients get for `Session` routes.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionFilter {
+    /// Envoy's own `envoy.filters.http.stateful_session` (default).
+    #[default]
+    Native,
+    /// The tether plugin (`envoy.filters.http.wasm` on V8) with Envoy's
+    /// override_host load balancing policy on the session clusters.
+    Plugin,
+}
+
+impl SessionFilter {
+    /// The name as written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionFilter::Native => "native",
+            SessionFilter::Plugin => "plugin",
+        }
+    }
+}
+
+/// `envoy.plugin`: where Envoy finds the tether plugin and how it hands the
+/// session to Envoy's load balancer.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PluginSpec {
+    /// The `.wasm` file as Envoy sees it (an absolute path);
+    /// `tether-control --plugin FILE` overrides it.
+    #[serde(default)]
+    pub filename: Option<String>,
+    /// The request header the plugin writes and the session clusters'
+    /// override_host policy reads (default `x-tether-override-host`).
+    #[serde(default, rename = "overrideHeader")]
+    pub override_header: Option<String>,
+}
+
+/// The plugin's default override header.
+pub const DEFAULT_OVERRIDE_HEADER: &str = "x-tether-override-host";
+
+impl PluginSpec {
+    /// The override header, lowercase, or the default.
+    pub fn override_header(&self) -> String {
+        self.override_header
+            .as_deref()
+            .unwrap_or(DEFAULT_OVERRIDE_HEADER)
+            .to_ascii_lowercase()
+    }
+}
+
+/// Settings given outside the file (on tether-control's command line);
+/// they win over the file's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// `envoy.plugin.filename` (`--plugin FILE`).
+    pub plugin_filename: Option<String>,
+}
+
+impl Overrides {
+    fn apply(&self, config: &mut Config) {
+        if let Some(f) = &self.plugin_filename {
+            config
+                .envoy
+                .plugin
+                .get_or_insert_with(PluginSpec::default)
+                .filename = Some(f.clone());
+        }
+    }
 }
 
 /// Envoy's listener.
@@ -314,6 +404,23 @@ pub struct SessionSpec {
     /// How long an unused session keeps its connection (proxyless; default 1 h).
     #[serde(default, rename = "idleTimeout")]
     pub idle_timeout: Option<DurationField>,
+    /// The cookie format the tether plugin writes in Envoy (`envoy`,
+    /// `grpc` for C-core's, `legacy`; default `envoy`). Only with
+    /// `envoy.sessionFilter: plugin`: Envoy's own filter writes only its own
+    /// format, and proxyless clients choose theirs.
+    #[serde(default)]
+    pub format: Option<FormatField>,
+}
+
+/// A cookie format name (`envoy`, `grpc`, `legacy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FormatField(pub tether_core::cookie::Format);
+
+impl TryFrom<String> for FormatField {
+    type Error = String;
+    fn try_from(v: String) -> Result<Self, String> {
+        v.parse().map(FormatField).map_err(|e| e.to_string())
+    }
 }
 
 /// A cookie specification (`{name, path, ttl, attributes}`) checked by
@@ -389,6 +496,7 @@ macro_rules! scalar_via_try_from {
 
 scalar_via_try_from!(DurationField, "a duration such as \"60s\"");
 scalar_via_try_from!(HealthField, "a health status such as HEALTHY");
+scalar_via_try_from!(FormatField, "a cookie format: envoy, grpc or legacy");
 
 impl TryFrom<String> for HealthField {
     type Error = String;
@@ -500,8 +608,15 @@ impl SessionSpec {
 impl Config {
     /// Parses and validates a configuration file's text.
     pub fn parse(text: &str) -> Result<Config, ModelError> {
-        let config: Config =
+        Config::parse_with(text, &Overrides::default())
+    }
+
+    /// Parses a configuration file's text, applies `overrides` (settings
+    /// given on the command line) and validates the result.
+    pub fn parse_with(text: &str, overrides: &Overrides) -> Result<Config, ModelError> {
+        let mut config: Config =
             serde_yaml_ng::from_str(text).map_err(|e| ModelError::Parse(e.to_string()))?;
+        overrides.apply(&mut config);
         config.validate().map_err(|mut e| {
             if let ModelError::Invalid {
                 field, location, ..
@@ -586,6 +701,7 @@ impl Config {
             }
         }
         self.validate_aggregates()?;
+        self.validate_envoy()?;
         let mut vhosts = HashSet::new();
         // Per service: the session settings and the route that set them.
         let mut session_settings: BTreeMap<&str, (SessionClusterSettings, String)> =
@@ -693,6 +809,15 @@ impl Config {
                         ))
                     }
                     (Strategy::Session, Some(s)) => {
+                        if let (Some(f), SessionFilter::Native) =
+                            (s.format, self.envoy.session_filter)
+                        {
+                            return Err(ModelError::invalid(
+                                format!("{pat}.session.format"),
+                                f.0.as_str(),
+                                "needs envoy.sessionFilter: plugin (Envoy's own filter writes only its own format; proxyless clients choose theirs)",
+                            ));
+                        }
                         let settings = s.cluster_settings();
                         // An aggregate's services get the settings too: their
                         // `<service>/session` clusters are the ones that pin.
@@ -727,6 +852,50 @@ impl Config {
             }
         }
         Ok(())
+    }
+
+    /// The `envoy` section: a plugin needs its file (an absolute path) and
+    /// a valid override header; plugin settings need the plugin.
+    fn validate_envoy(&self) -> Result<(), ModelError> {
+        let e = &self.envoy;
+        match (e.session_filter, &e.plugin) {
+            (SessionFilter::Native, Some(_)) => Err(ModelError::invalid(
+                "envoy.plugin",
+                "native",
+                "is only used with envoy.sessionFilter: plugin (envoy.sessionFilter is native)",
+            )),
+            (SessionFilter::Native, None) => Ok(()),
+            (SessionFilter::Plugin, plugin) => {
+                let plugin = plugin.clone().unwrap_or_default();
+                match plugin.filename.as_deref() {
+                    None => {
+                        return Err(ModelError::invalid(
+                            "envoy.plugin.filename",
+                            "",
+                            "is required with envoy.sessionFilter: plugin (or tether-control --plugin FILE)",
+                        ))
+                    }
+                    Some(f) if !std::path::Path::new(f).is_absolute() => {
+                        return Err(ModelError::invalid(
+                            "envoy.plugin.filename",
+                            f,
+                            "must be an absolute path (Envoy opens it from its own working directory)",
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                if let Some(h) = &plugin.override_header {
+                    if !tether_core::http::syntax::is_token(h) {
+                        return Err(ModelError::invalid(
+                            "envoy.plugin.overrideHeader",
+                            h,
+                            "is not a valid header name",
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 
     /// The service named `name`.

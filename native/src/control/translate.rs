@@ -7,7 +7,16 @@
 //!   session idle timeout in `upstream_config` (A75), which Envoy would
 //!   refuse there.
 //!
-//! Both share the route configuration and the endpoints. Each service has
+//! Both share the endpoints, and the route configuration unless `envoy:
+//! {sessionFilter: plugin}` is set: then Envoy's copy enables the tether
+//! plugin (`envoy.filters.http.wasm`, one instance per distinct session
+//! setting, off by default and switched on by the `Session` routes through
+//! `envoy.config.route.v3.FilterConfig`) instead of carrying
+//! `StatefulSessionPerRoute`, its HTTP connection manager runs the plugin
+//! instead of `stateful_session`, and its session clusters route with
+//! Envoy's `envoy.load_balancing_policies.override_host` policy reading the
+//! plugin's header (round robin as the fallback). Proxyless clients never
+//! see the wasm filter: C-core NACKs filters it does not know. Each service has
 //! one ClusterLoadAssignment named after it; each (service, strategy) pair a
 //! route uses has a cluster: `<service>` for round robin, `<service>/random`,
 //! `<service>/ring-hash` for `Cookie` and `RequestHash`, `<service>/session`
@@ -34,9 +43,13 @@ use envoy_types::pb::envoy::config::route::v3 as rpb;
 use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig as AggregateConfig;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::http::stateful_session::v3 as sspb;
+use envoy_types::pb::envoy::extensions::filters::http::wasm::v3::Wasm;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use envoy_types::pb::envoy::extensions::http::stateful_session::cookie::v3::CookieBasedSessionState;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::override_host::v3 as ohpb;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::round_robin::v3::RoundRobin;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3 as uhttp;
+use envoy_types::pb::envoy::extensions::wasm::v3 as wasmpb;
 use envoy_types::pb::envoy::r#type::http::v3 as thttp;
 use envoy_types::pb::envoy::r#type::matcher::v3 as mpb;
 use envoy_types::pb::google::protobuf as pb;
@@ -44,7 +57,7 @@ use tether_core::http::set_cookie::CookieSpec;
 
 use super::model::{
     split_locality, Condition, Config, HeaderCondition, Protocol, RouteSpec, ServiceSpec,
-    SessionClusterSettings, Strategy,
+    SessionClusterSettings, SessionFilter, SessionSpec, Strategy,
 };
 use crate::xds::resource::{pack, ResourceKind};
 
@@ -56,6 +69,97 @@ pub const ROUTE_CONFIG: &str = "tether-routes";
 pub const AFFINITY_COOKIE: &str = "X-Contour-Session-Affinity";
 /// The custom cluster type of aggregate clusters.
 pub const AGGREGATE_CLUSTER: &str = "envoy.clusters.aggregate";
+/// The name of the first tether plugin instance in Envoy's HTTP filters
+/// (`tether-2`, `tether-3`, ... for routes with other session settings).
+pub const PLUGIN_FILTER: &str = "tether";
+/// The V8 runtime Envoy runs the plugin on.
+pub const WASM_RUNTIME: &str = "envoy.wasm.runtime.v8";
+/// Envoy's override_host load balancing policy (the plugin's wiring).
+pub const OVERRIDE_HOST_POLICY: &str = "envoy.load_balancing_policies.override_host";
+
+/// The tether plugin for Envoy clients (`envoy.sessionFilter: plugin`): the
+/// `.wasm` file, the override header and one instance per distinct plugin
+/// configuration the `Session` routes need, in the order routes use them.
+#[derive(Debug, Clone, PartialEq)]
+struct PluginWiring {
+    filename: String,
+    header: String,
+    /// (filter name, plugin configuration JSON).
+    instances: Vec<(String, String)>,
+}
+
+impl PluginWiring {
+    fn of(config: &Config) -> Option<PluginWiring> {
+        if config.envoy.session_filter != SessionFilter::Plugin {
+            return None;
+        }
+        let plugin = config.envoy.plugin.clone().unwrap_or_default();
+        let header = plugin.override_header();
+        let mut instances: Vec<(String, String)> = Vec::new();
+        for r in config.virtualhosts.iter().flat_map(|v| &v.routes) {
+            let p = &r.load_balancer_policy;
+            let (Strategy::Session, Some(s)) = (p.strategy, &p.session) else {
+                continue;
+            };
+            let json = plugin_configuration(s, &header);
+            if !instances.iter().any(|(_, j)| *j == json) {
+                let name = match instances.len() {
+                    0 => PLUGIN_FILTER.to_owned(),
+                    n => format!("{PLUGIN_FILTER}-{}", n + 1),
+                };
+                instances.push((name, json));
+            }
+        }
+        Some(PluginWiring {
+            filename: plugin.filename.unwrap_or_default(),
+            header,
+            instances,
+        })
+    }
+
+    /// The instance serving a `Session` route with `session`.
+    fn instance_for(&self, session: &SessionSpec) -> Option<&str> {
+        let json = plugin_configuration(session, &self.header);
+        self.instances
+            .iter()
+            .find(|(_, j)| *j == json)
+            .map(|(n, _)| n.as_str())
+    }
+}
+
+/// The plugin's JSON configuration for a session spec: the cookie, `strict`,
+/// the format and wiring (a) (`override_encoding: list`).
+pub fn plugin_configuration(session: &SessionSpec, override_header: &str) -> String {
+    let c = &session.cookie.0;
+    let mut cookie = serde_json::Map::new();
+    cookie.insert("name".into(), c.name().into());
+    cookie.insert("path".into(), c.path().into());
+    if !c.ttl().is_zero() {
+        cookie.insert(
+            "ttl".into(),
+            tether_core::duration::display(c.ttl()).to_string().into(),
+        );
+    }
+    if !c.attributes().is_empty() {
+        cookie.insert(
+            "attributes".into(),
+            c.attributes()
+                .iter()
+                .map(|a| serde_json::json!({ "name": a.name(), "value": a.value() }))
+                .collect::<Vec<_>>()
+                .into(),
+        );
+    }
+    let format = session.format.map(|f| f.0).unwrap_or_default();
+    serde_json::json!({
+        "cookie": cookie,
+        "strict": session.strict,
+        "format": format.as_str(),
+        "override_header": override_header,
+        "override_encoding": "list",
+    })
+    .to_string()
+}
 
 /// Which kind of client a set of resources is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -136,16 +240,22 @@ pub fn translate(config: &Config) -> Translated {
         .flat_map(|v| &v.routes)
         .any(|r| r.load_balancer_policy.strategy == Strategy::Session);
 
-    // Routes: shared.
-    let routes = pack(&route_configuration(config));
-    for r in [&mut out.envoy, &mut out.proxyless] {
+    let plugin = PluginWiring::of(config);
+
+    // Routes: shared, unless Envoy runs the plugin.
+    let routes = pack(&route_configuration(config, None));
+    let envoy_routes = match &plugin {
+        Some(p) => pack(&route_configuration(config, Some(p))),
+        None => routes.clone(),
+    };
+    for (r, routes) in [(&mut out.envoy, envoy_routes), (&mut out.proxyless, routes)] {
         r.entry(ResourceKind::RouteConfiguration)
             .or_default()
-            .insert(ROUTE_CONFIG.to_owned(), routes.clone());
+            .insert(ROUTE_CONFIG.to_owned(), routes);
     }
 
     // Listeners.
-    let manager = |stat: &str| hcm::HttpConnectionManager {
+    let manager = |stat: &str, flavor: Flavor| hcm::HttpConnectionManager {
         stat_prefix: stat.to_owned(),
         codec_type: hcm::http_connection_manager::CodecType::Auto as i32,
         route_specifier: Some(hcm::http_connection_manager::RouteSpecifier::Rds(
@@ -154,7 +264,10 @@ pub fn translate(config: &Config) -> Translated {
                 route_config_name: ROUTE_CONFIG.to_owned(),
             },
         )),
-        http_filters: http_filters(uses_session),
+        http_filters: match (&plugin, flavor) {
+            (Some(p), Flavor::Envoy) => plugin_filters(p),
+            _ => http_filters(uses_session),
+        },
         ..Default::default()
     };
     if let Some(l) = &config.listener {
@@ -166,6 +279,7 @@ pub fn translate(config: &Config) -> Translated {
                     name: "envoy.filters.network.http_connection_manager".to_owned(),
                     config_type: Some(lpb::filter::ConfigType::TypedConfig(pack(&manager(
                         "tether",
+                        Flavor::Envoy,
                     )))),
                 }],
                 ..Default::default()
@@ -185,7 +299,7 @@ pub fn translate(config: &Config) -> Translated {
             let listener = lpb::Listener {
                 name: name.clone(),
                 api_listener: Some(lpb::ApiListener {
-                    api_listener: Some(pack(&manager(&name))),
+                    api_listener: Some(pack(&manager(&name, Flavor::Proxyless))),
                 }),
                 ..Default::default()
             };
@@ -215,7 +329,12 @@ pub fn translate(config: &Config) -> Translated {
             continue;
         };
         for flavor in [Flavor::Envoy, Flavor::Proxyless] {
-            let c = cluster(config, spec, *strategy, settings.as_ref(), flavor);
+            let mut c = cluster(config, spec, *strategy, settings.as_ref(), flavor);
+            if let (Some(p), Flavor::Envoy, Strategy::Session) = (&plugin, flavor, *strategy) {
+                if !spec.is_aggregate() {
+                    override_host(&mut c, &p.header);
+                }
+            }
             let target = match flavor {
                 Flavor::Envoy => &mut out.envoy,
                 Flavor::Proxyless => &mut out.proxyless,
@@ -261,7 +380,77 @@ fn http_filters(uses_session: bool) -> Vec<hcm::HttpFilter> {
     filters
 }
 
-fn route_configuration(config: &Config) -> rpb::RouteConfiguration {
+/// Envoy's HTTP filters with the plugin: every instance, off unless a
+/// route switches it on, then the router.
+fn plugin_filters(p: &PluginWiring) -> Vec<hcm::HttpFilter> {
+    let mut filters: Vec<hcm::HttpFilter> = p
+        .instances
+        .iter()
+        .map(|(name, json)| {
+            let wasm = Wasm {
+                config: Some(wasmpb::PluginConfig {
+                    name: name.clone(),
+                    root_id: name.clone(),
+                    configuration: Some(pack(&pb::StringValue {
+                        value: json.clone(),
+                    })),
+                    vm: Some(wasmpb::plugin_config::Vm::VmConfig(wasmpb::VmConfig {
+                        runtime: WASM_RUNTIME.to_owned(),
+                        code: Some(core::AsyncDataSource {
+                            specifier: Some(core::async_data_source::Specifier::Local(
+                                core::DataSource {
+                                    specifier: Some(core::data_source::Specifier::Filename(
+                                        p.filename.clone(),
+                                    )),
+                                    ..Default::default()
+                                },
+                            )),
+                        }),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }),
+            };
+            hcm::HttpFilter {
+                name: name.clone(),
+                config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(&wasm))),
+                disabled: true,
+                ..Default::default()
+            }
+        })
+        .collect();
+    filters.extend(http_filters(false));
+    filters
+}
+
+/// Makes an Envoy session cluster route with the override_host policy on
+/// the plugin's header, round robin as the fallback.
+fn override_host(c: &mut cpb::Cluster, header: &str) {
+    let policy = |name: &str, typed: pb::Any| cpb::load_balancing_policy::Policy {
+        typed_extension_config: Some(core::TypedExtensionConfig {
+            name: name.to_owned(),
+            typed_config: Some(typed),
+        }),
+    };
+    let oh = ohpb::OverrideHost {
+        override_host_sources: vec![ohpb::override_host::OverrideHostSource {
+            header: header.to_owned(),
+            ..Default::default()
+        }],
+        fallback_policy: Some(cpb::LoadBalancingPolicy {
+            policies: vec![policy(
+                "envoy.load_balancing_policies.round_robin",
+                pack(&RoundRobin::default()),
+            )],
+        }),
+        ..Default::default()
+    };
+    c.load_balancing_policy = Some(cpb::LoadBalancingPolicy {
+        policies: vec![policy(OVERRIDE_HOST_POLICY, pack(&oh))],
+    });
+}
+
+fn route_configuration(config: &Config, plugin: Option<&PluginWiring>) -> rpb::RouteConfiguration {
     rpb::RouteConfiguration {
         name: ROUTE_CONFIG.to_owned(),
         virtual_hosts: config
@@ -274,7 +463,7 @@ fn route_configuration(config: &Config) -> rpb::RouteConfiguration {
                 } else {
                     vh.domains.clone()
                 },
-                routes: vh.routes.iter().map(route).collect(),
+                routes: vh.routes.iter().map(|r| route(r, plugin)).collect(),
                 ..Default::default()
             })
             .collect(),
@@ -353,7 +542,7 @@ fn cookie(spec: &CookieSpec) -> thttp::Cookie {
     }
 }
 
-fn route(r: &RouteSpec) -> rpb::Route {
+fn route(r: &RouteSpec, plugin: Option<&PluginWiring>) -> rpb::Route {
     use rpb::route_action::hash_policy as hp;
     let p = &r.load_balancer_policy;
     let cluster_specifier = if r.services.len() == 1 {
@@ -410,7 +599,24 @@ fn route(r: &RouteSpec) -> rpb::Route {
         _ => Vec::new(),
     };
     let mut typed_per_filter_config = std::collections::HashMap::new();
-    if let (Strategy::Session, Some(s)) = (p.strategy, &p.session) {
+    let mut retry_policy = None;
+    if let (Strategy::Session, Some(s), Some(plugin)) = (p.strategy, &p.session, plugin) {
+        // Switch this route's plugin instance on. A pinned host that refuses
+        // connections: the retry walks the override list, then the fallback
+        // policy picks a live host and the plugin re-pins the session there.
+        if let Some(name) = plugin.instance_for(s) {
+            let on = rpb::FilterConfig {
+                config: Some(pb::Any::default()),
+                ..Default::default()
+            };
+            typed_per_filter_config.insert(name.to_owned(), pack(&on));
+        }
+        retry_policy = Some(rpb::RetryPolicy {
+            retry_on: "connect-failure".to_owned(),
+            num_retries: Some(pb::UInt32Value { value: 2 }),
+            ..Default::default()
+        });
+    } else if let (Strategy::Session, Some(s)) = (p.strategy, &p.session) {
         let state = CookieBasedSessionState {
             cookie: Some(cookie(&s.cookie.0)),
         };
@@ -433,6 +639,7 @@ fn route(r: &RouteSpec) -> rpb::Route {
         action: Some(rpb::route::Action::Route(rpb::RouteAction {
             cluster_specifier: Some(cluster_specifier),
             hash_policy,
+            retry_policy,
             ..Default::default()
         })),
         typed_per_filter_config,

@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::model::{Config, ModelError};
+use super::model::{Config, ModelError, Overrides};
 use super::server::ControlPlane;
 use super::translate::translate;
 
@@ -43,11 +43,16 @@ impl std::error::Error for LoadError {}
 
 /// Reads and validates a configuration file.
 pub fn load(path: &Path) -> Result<(Config, String), LoadError> {
+    load_with(path, &Overrides::default())
+}
+
+/// Reads a configuration file, applies `overrides` and validates it.
+pub fn load_with(path: &Path, overrides: &Overrides) -> Result<(Config, String), LoadError> {
     let text = std::fs::read_to_string(path).map_err(|e| LoadError::Io {
         path: path.to_owned(),
         message: e.to_string(),
     })?;
-    let config = Config::parse(&text).map_err(|error| LoadError::Model {
+    let config = Config::parse_with(&text, overrides).map_err(|error| LoadError::Model {
         path: path.to_owned(),
         error,
     })?;
@@ -71,13 +76,23 @@ pub struct Reloader {
     path: PathBuf,
     plane: ControlPlane,
     last_text: Option<String>,
+    overrides: Overrides,
 }
 
 impl Reloader {
     /// Loads `path` (which must be valid) and returns the control plane
     /// serving it with the reloader that keeps it current.
     pub fn start(path: &Path) -> Result<(ControlPlane, Reloader), LoadError> {
-        let (config, text) = load(path)?;
+        Reloader::start_with(path, Overrides::default())
+    }
+
+    /// As [`Reloader::start`], with `overrides` (command-line settings)
+    /// applied to every version of the file.
+    pub fn start_with(
+        path: &Path,
+        overrides: Overrides,
+    ) -> Result<(ControlPlane, Reloader), LoadError> {
+        let (config, text) = load_with(path, &overrides)?;
         let plane = ControlPlane::new(translate(&config));
         Ok((
             plane.clone(),
@@ -85,6 +100,7 @@ impl Reloader {
                 path: path.to_owned(),
                 plane,
                 last_text: Some(text),
+                overrides,
             },
         ))
     }
@@ -95,6 +111,7 @@ impl Reloader {
             path: path.to_owned(),
             plane,
             last_text: None,
+            overrides: Overrides::default(),
         }
     }
 
@@ -114,7 +131,7 @@ impl Reloader {
         }
         // Remember bad content too, so it is reported once, not every poll.
         self.last_text = Some(text.clone());
-        match Config::parse(&text) {
+        match Config::parse_with(&text, &self.overrides) {
             Ok(config) => Reload::Published(self.plane.publish(translate(&config))),
             Err(error) => Reload::Rejected(LoadError::Model {
                 path: self.path.clone(),
