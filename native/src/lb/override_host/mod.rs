@@ -356,7 +356,7 @@ impl OverrideHost {
 const NEVER: u64 = 0;
 
 /// The clock of last-used times: milliseconds since the policy started,
-/// plus one so that no use is [`NEVER`] (the offset cancels out of every
+/// plus one so that no use reads as 0, "never" (the offset cancels out of every
 /// difference). Every session pick reads it, so it is the coarse monotonic
 /// clock (a few ns a read, a few ms of resolution, against an idle timeout
 /// of seconds to hours); unit tests read tokio's, which they pause.
