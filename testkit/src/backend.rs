@@ -13,10 +13,12 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use std::convert::Infallible;
+use std::future::Future;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 /// A running backend that serves protocol `P` ([`Http`], or
@@ -103,25 +105,37 @@ impl Backend<Http> {
         let addr = listener.local_addr().expect("backend addr");
         let hits = Arc::new(AtomicU64::new(0));
         let (n, h) = (name.to_string(), hits.clone());
-        let task = tokio::spawn(async move {
-            // Dropping this set (when the task is aborted) closes every connection.
-            let mut conns = JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (n, h) = (n.clone(), h.clone());
-                conns.spawn(async move {
-                    let svc = service_fn(move |req| answer(req, n.clone(), addr, h.clone()));
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-                while conns.try_join_next().is_some() {}
+        let task = accept_loop(listener, move |stream| {
+            let (n, h) = (n.clone(), h.clone());
+            async move {
+                let svc = service_fn(move |req| answer(req, n.clone(), addr, h.clone()));
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
             }
         });
         Backend::new(name, addr, hits, task)
     }
+}
+
+/// A task accepting connections on `listener` for ever, each served by
+/// `serve` in a task of its own that it owns: aborting it closes the
+/// listener and every connection.
+pub(crate) fn accept_loop<F, Fut>(listener: TcpListener, serve: F) -> JoinHandle<()>
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut conns = JoinSet::new();
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            conns.spawn(serve(stream));
+            while conns.try_join_next().is_some() {}
+        }
+    })
 }
 
 pub(crate) async fn answer(

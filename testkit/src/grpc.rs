@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tether_proto::demo::v1::echo_server::{Echo, EchoServer};
 pub use tether_proto::demo::v1::{EchoReply, EchoRequest};
-use tokio::task::JoinSet;
+
 use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
-use crate::backend::Backend;
+use crate::backend::{accept_loop, Backend};
 pub use tether_proto::demo::v1::echo_client::EchoClient;
 use tonic::codegen::Service;
 
@@ -48,22 +48,14 @@ impl Backend<Grpc> {
             addr,
             served: served.clone(),
         }));
-        let task = tokio::spawn(async move {
-            // Dropping this set (when the task is aborted) closes every connection.
-            let mut conns = JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let svc = TowerToHyperService::new(routes.clone());
-                conns.spawn(async move {
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .http2_only()
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-                while conns.try_join_next().is_some() {}
+        let task = accept_loop(listener, move |stream| {
+            let _ = stream.set_nodelay(true);
+            let svc = TowerToHyperService::new(routes.clone());
+            async move {
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .http2_only()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
             }
         });
         Backend::new(name, addr, served, task)
@@ -92,38 +84,29 @@ impl Backend<Dual> {
             served: hits.clone(),
         }));
         let (n, h) = (name.to_string(), hits.clone());
-        let task = tokio::spawn(async move {
-            // Dropping this set (when the task is aborted) closes every connection.
-            let mut conns = JoinSet::new();
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let (n, h, routes) = (n.clone(), h.clone(), routes.clone());
-                let svc = hyper::service::service_fn(
-                    move |req: hyper::Request<hyper::body::Incoming>| {
-                        let grpc = req
-                            .headers()
-                            .get("content-type")
-                            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-                        let (n, h, mut routes) = (n.clone(), h.clone(), routes.clone());
-                        async move {
-                            if grpc {
-                                routes.call(req).await
-                            } else {
-                                let resp = crate::backend::answer(req, n, addr, h).await?;
-                                Ok(resp.map(tonic::body::Body::new))
-                            }
+        let task = accept_loop(listener, move |stream| {
+            let _ = stream.set_nodelay(true);
+            let (n, h, routes) = (n.clone(), h.clone(), routes.clone());
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let grpc = req
+                        .headers()
+                        .get("content-type")
+                        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+                    let (n, h, mut routes) = (n.clone(), h.clone(), routes.clone());
+                    async move {
+                        if grpc {
+                            routes.call(req).await
+                        } else {
+                            let resp = crate::backend::answer(req, n, addr, h).await?;
+                            Ok(resp.map(tonic::body::Body::new))
                         }
-                    },
-                );
-                conns.spawn(async move {
-                    let _ = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    }
                 });
-                while conns.try_join_next().is_some() {}
+            async move {
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
             }
         });
         Backend::new(name, addr, hits, task)
