@@ -11,26 +11,39 @@
 #   scripts/bench-plugin.sh            full run: 3 rounds x 5 configurations x 10 s (about 3 minutes)
 #   scripts/bench-plugin.sh --quick    a few seconds, to prove the script and the wirings work
 # Options: --duration SECONDS  --connections N  --threads N  --rounds N  --build
+#          --requests N   requests counted per configuration under callgrind (0: skip)
+#
+# Then, since wrk on a small machine shares the CPU with Envoy and nginx, the
+# same configurations run one at a time under valgrind's callgrind, which
+# counts instructions instead of time: a fixed number of requests each, after
+# a warm-up, on one keep-alive connection. The table gives instructions per
+# request, split into Envoy's own code, code generated at run time (the wasm
+# module compiled by V8, and V8's wasm stubs) and libc, and the difference
+# over the empty filter. Probe rows run tether-host-call-filter, which makes
+# only the host calls its row names: what each one costs inside Envoy.
 #
 # The .wasm files must be built first (--build does it):
-#   cargo build -p tether-plugin -p tether-empty-filter --target wasm32-wasip1 --profile wasm
-# TETHER_PLUGIN_WASM / TETHER_EMPTY_FILTER_WASM point at other builds (to compare).
+#   cargo build -p tether-plugin -p tether-empty-filter -p tether-host-call-filter -p tether-raw-empty-filter \
+#     --target wasm32-wasip1 --profile wasm
+# TETHER_PLUGIN_WASM / TETHER_EMPTY_FILTER_WASM point at other builds (to compare);
+# TETHER_BENCH_KEEP=1 keeps the work folder (configurations, logs, callgrind dumps).
 # Before measuring, each session configuration is checked: a first request
 # gets a cookie, replays of it all reach the same backend with no new cookie,
 # and a client-sent override header is ignored. A failed check fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-duration=10 connections=32 threads=2 rounds=3 warmup=2 build=0 quick=0
+duration=10 connections=32 threads=2 rounds=3 warmup=2 build=0 quick=0 requests=2000
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) quick=1 duration=1 connections=4 threads=1 rounds=1 warmup=0 ;;
+    --quick) quick=1 duration=1 connections=4 threads=1 rounds=1 warmup=0 requests=50 ;;
     --duration) duration=$2; shift ;;
     --connections) connections=$2; shift ;;
     --threads) threads=$2; shift ;;
     --rounds) rounds=$2; shift ;;
+    --requests) requests=$2; shift ;;
     --build) build=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -38,6 +51,8 @@ done
 for n in "$duration" "$connections" "$threads" "$rounds"; do
   [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "options take positive integers, got $n" >&2; exit 2; }
 done
+[[ "$requests" =~ ^[0-9]+$ ]] && [ "$requests" -le 100000 ] \
+  || { echo "--requests takes 0 to 100000, got $requests" >&2; exit 2; }
 # Bounded: no run may exceed 10 minutes of load.
 [ $((duration * rounds * 5)) -le 600 ] || { echo "duration x rounds x 5 must stay within 600 s" >&2; exit 2; }
 
@@ -50,6 +65,9 @@ install_deb() {
   $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 command -v wrk >/dev/null || install_deb wrk || die "wrk is missing and could not be installed (apt-get install wrk)"
+if [ "$requests" -gt 0 ] && ! command -v callgrind_control >/dev/null; then
+  install_deb valgrind || die "valgrind is missing and could not be installed (apt-get install valgrind), or pass --requests 0"
+fi
 nginx_bin=$(command -v nginx || true)
 [ -n "$nginx_bin" ] || [ ! -x /usr/sbin/nginx ] || nginx_bin=/usr/sbin/nginx
 if [ -z "$nginx_bin" ]; then
@@ -67,13 +85,15 @@ fi
 target=${CARGO_TARGET_DIR:-target}
 wasm_dir=$target/wasm32-wasip1/wasm
 if [ "$build" = 1 ]; then
-  cargo build --quiet -p tether-plugin -p tether-empty-filter --target wasm32-wasip1 --profile wasm
+  cargo build --quiet -p tether-plugin -p tether-empty-filter -p tether-host-call-filter -p tether-raw-empty-filter --target wasm32-wasip1 --profile wasm
 fi
 plugin_wasm=$(realpath -m "${TETHER_PLUGIN_WASM:-$wasm_dir/tether_plugin.wasm}")
 empty_wasm=$(realpath -m "${TETHER_EMPTY_FILTER_WASM:-$wasm_dir/tether_empty_filter.wasm}")
-for f in "$plugin_wasm" "$empty_wasm"; do
+probe_wasm=$(realpath -m "$wasm_dir/tether_host_call_filter.wasm")
+raw_wasm=$(realpath -m "$wasm_dir/tether_raw_empty_filter.wasm")
+for f in "$plugin_wasm" "$empty_wasm" "$probe_wasm" "$raw_wasm"; do
   [ -f "$f" ] || die "$f is missing: build it with
-  cargo build -p tether-plugin -p tether-empty-filter --target wasm32-wasip1 --profile wasm   (or pass --build)"
+  cargo build -p tether-plugin -p tether-empty-filter -p tether-host-call-filter -p tether-raw-empty-filter --target wasm32-wasip1 --profile wasm   (or pass --build)"
 done
 
 # --- workspace and cleanup ---------------------------------------------------
@@ -83,7 +103,7 @@ cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$work"
+  [ -n "${TETHER_BENCH_KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -172,11 +192,24 @@ fi
 #   empty     native-cookie.yaml with the empty wasm filter in its place
 #   plugin_a  plugin-override-host.yaml  (wiring a)
 #   plugin_b  plugin-native-header.yaml  (wiring b)
-config_source=$(python3 - "$work" "$b1" "$b2" "$plugin_wasm" "$empty_wasm" \
+# name, then the host calls (tether-host-call-filter's configuration).
+export TETHER_PROBES='
+probe_headers request_headers
+probe_cookie request_header:cookie
+probe_set set_request_header:x-tether-override-host
+probe_remove remove_request_header:x-tether-override-host
+probe_property property:upstream.address
+probe_response response_header:x-tether-override-host
+probe_add_cookie add_response_header:set-cookie
+probe_a request_headers,set_request_header:x-tether-override-host,property:upstream.address
+probe_b request_headers,set_request_header:x-tether-override-host,response_header:x-tether-override-host
+probe_floor request_header:cookie,set_request_header:x-tether-override-host,response_header:x-tether-override-host
+'
+config_source=$(python3 - "$work" "$b1" "$b2" "$plugin_wasm" "$empty_wasm" "$probe_wasm" "$raw_wasm" \
   "$p_none" "$p_native" "$p_empty" "$p_plugin_a" "$p_plugin_b" <<'EOF'
 import copy, json, os, sys
-work, b1, b2, plugin_wasm, empty_wasm = sys.argv[1:6]
-ports = dict(zip(["none", "native", "empty", "plugin_a", "plugin_b"], map(int, sys.argv[6:11])))
+work, b1, b2, plugin_wasm, empty_wasm, probe_wasm, raw_wasm = sys.argv[1:8]
+ports = dict(zip(["none", "native", "empty", "plugin_a", "plugin_b"], map(int, sys.argv[8:13])))
 COOKIE = "global-session-cookie"
 WASM = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 SESSION = "type.googleapis.com/envoy.extensions.filters.http.stateful_session.v3.StatefulSession"
@@ -285,10 +318,35 @@ none = copy.deepcopy(native)
 http_filters(none)[:] = [f for f in http_filters(none) if f.get("typed_config", {}).get("@type") != SESSION]
 empty = copy.deepcopy(none)
 http_filters(empty).insert(0, wasm_filter("empty", empty_wasm, "{}"))
+def write(name, boot):
+    with open(os.path.join(work, name + ".yaml"), "w") as out:
+        json.dump(boot, out, indent=1)
+    # Under callgrind, Envoy runs about 50 times slower: active health checks
+    # (wiring b's file has them) would then time out and mark the pinned
+    # host unhealthy, and their own work would be counted per request.
+    def no_health_checks(node):
+        node.pop("health_checks", None)
+    boot = copy.deepcopy(boot)
+    walk(boot, no_health_checks)
+    with open(os.path.join(work, name + ".cg.yaml"), "w") as out:
+        json.dump(boot, out, indent=1)
+
 for name, boot, wasm_file in (("none", none, ""), ("native", native, ""), ("empty", empty, empty_wasm),
                               ("plugin_a", a, plugin_wasm), ("plugin_b", b, plugin_wasm)):
-    with open(os.path.join(work, name + ".yaml"), "w") as out:
-        json.dump(adapt(boot, ports[name], wasm_file), out, indent=1)
+    write(name, adapt(boot, ports[name], wasm_file))
+# The empty filter without the SDK (instruction counts only).
+raw = copy.deepcopy(none)
+http_filters(raw).insert(0, wasm_filter("raw", raw_wasm, ""))
+write("raw_empty", adapt(raw, ports["empty"], raw_wasm))
+# The host-call probes (instruction counts only): the empty configuration with
+# tether-host-call-filter in the empty filter's place, one after the other on
+# the empty configuration's port. Their names and calls are in the script's
+# probe list below.
+for line in os.environ["TETHER_PROBES"].strip().splitlines():
+    name, calls = line.split(None, 1)
+    probe = copy.deepcopy(none)
+    http_filters(probe).insert(0, wasm_filter("probe", probe_wasm, calls))
+    write(name, adapt(probe, ports["empty"], probe_wasm))
 print(source)
 EOF
 ) || die "could not write the Envoy configurations"
@@ -423,3 +481,116 @@ EOF
 if [ "$quick" = 1 ]; then
   echo "(quick mode: too short to compare; run without --quick for figures)"
 fi
+
+# --- instructions per request (callgrind) ---------------------------------------
+[ "$requests" -gt 0 ] || exit 0
+# The timed Envoys are done; each configuration now runs alone under callgrind
+# on its own port (the probes on the empty filter's).
+for name in "${names[@]}"; do
+  pid_var=pid_$name
+  kill "${!pid_var}" 2>/dev/null || true
+  wait "${!pid_var}" 2>/dev/null || true
+done
+cg_warm=$(( requests < 200 ? requests : 200 ))
+counts=$work/counts
+: >"$counts"
+count() { # name, port, cookie, pinned (1/0): one Envoy under callgrind, $requests counted requests
+  local name=$1 port=$2 cookie=$3 pinned=$4 vpid ready=0 out codes backends
+  valgrind --tool=callgrind --instr-atstart=no --smc-check=all \
+    --callgrind-out-file="$work/cg.$name" "$envoy_bin" -c "$work/$name.cg.yaml" --concurrency 1 \
+    --use-dynamic-base-id -l warning --admin-address-path "$work/$name.cg.admin" \
+    --log-path "$work/$name.cg.log" >"$work/$name.valgrind.log" 2>&1 &
+  vpid=$!
+  pids+=("$vpid")
+  for _ in $(seq 1 1200); do
+    kill -0 "$vpid" 2>/dev/null || { cat "$work/$name.valgrind.log" "$work/$name.cg.log" >&2; die "Envoy ($name) under callgrind exited during start-up"; }
+    if [ -s "$work/$name.cg.admin" ] && [ "$(curl -s --max-time 2 "http://$(cat "$work/$name.cg.admin")/ready" || true)" = LIVE ]; then
+      ready=1; break
+    fi
+    sleep 0.1
+  done
+  [ "$ready" = 1 ] || die "Envoy ($name) under callgrind not LIVE after 120 s"
+  local hdr=(); [ -z "$cookie" ] || hdr=(-H "cookie: $cookie")
+  # Warm-up: V8 compiles the module lazily and tiers up hot functions.
+  curl -s -o /dev/null --max-time 300 "${hdr[@]}" "http://127.0.0.1:$port/?warm=[1-$cg_warm]"
+  callgrind_control -i on "$vpid" >/dev/null 2>&1
+  out=$(curl -s --max-time 600 -w ' %{http_code}\n' "${hdr[@]}" "http://127.0.0.1:$port/?n=[1-$requests]")
+  callgrind_control -d "$vpid" >/dev/null 2>&1
+  kill "$vpid" 2>/dev/null || true
+  wait "$vpid" 2>/dev/null || true
+  codes=$(grep -c ' 200$' <<<"$out" || true)
+  [ "$codes" = "$requests" ] || die "$name under callgrind: $codes of $requests requests answered 200"
+  backends=$(grep -o '^backend-[12]' <<<"$out" | sort -u | wc -l)
+  # A pinned session must stay on one backend through every counted request.
+  if [ "$pinned" = 1 ] && [ "$backends" != 1 ]; then die "$name under callgrind: a pinned session reached $backends backends"; fi
+  # The dump of the counted requests (callgrind numbers its dumps from 1).
+  callgrind_annotate --threshold=100 --inclusive=no "$work/cg.$name.1" >"$work/cg.$name.txt" \
+    || die "callgrind_annotate failed on $name"
+  echo "$name $work/cg.$name.txt" >>"$counts"
+}
+pinned=(0 1 0 1 1)
+for i in "${!names[@]}"; do count "${names[$i]}" "${ports[$i]}" "${cookies[$i]}" "${pinned[$i]}"; done
+count raw_empty "$p_empty" "${cookies[1]}" 0
+while read -r name _; do
+  # Quick mode proves the probes with one of them.
+  [ -z "$name" ] || { [ "$quick" = 1 ] && [ "$name" != probe_a ]; } || count "$name" "$p_empty" "${cookies[1]}" 0
+done <<<"$TETHER_PROBES"
+
+python3 - "$counts" "$requests" <<'EOF'
+import re, sys
+counts, n = sys.argv[1], int(sys.argv[2])
+labels = {
+    "none": "no session filter",
+    "native": "native stateful_session (cookie)",
+    "empty": "empty wasm filter",
+    "plugin_a": "tether (a) override_host",
+    "plugin_b": "tether (b) + native header mode",
+    "raw_empty": "empty wasm filter, raw ABI (no SDK)",
+    "probe_headers": "probe: read all request headers",
+    "probe_cookie": "probe: read the Cookie header",
+    "probe_set": "probe: replace a request header",
+    "probe_remove": "probe: remove a request header",
+    "probe_property": "probe: read upstream.address",
+    "probe_response": "probe: read one response header",
+    "probe_add_cookie": "probe: add a Set-Cookie header",
+    "probe_a": "probe: (a)'s three host calls",
+    "probe_b": "probe: (b)'s three host calls",
+    "probe_floor": "probe: Cookie, set, response header",
+}
+line = re.compile(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+.* \[(.*)\]\s*$")
+rows = {}
+for entry in open(counts):
+    name, path = entry.split()
+    parts = {"envoy": 0, "generated": 0, "libc": 0, "other": 0}
+    for text in open(path):
+        m = line.match(text)
+        if not m:
+            continue
+        cost, obj = int(m.group(1).replace(",", "")), m.group(2)
+        base = obj.rsplit("/", 1)[-1]
+        if obj == "???":
+            parts["generated"] += cost
+        elif base == "envoy":
+            parts["envoy"] += cost
+        elif base.startswith("libc.so"):
+            parts["libc"] += cost
+        else:
+            parts["other"] += cost
+    rows[name] = {k: v / n for k, v in parts.items()}
+total = lambda r: sum(r.values())
+native, empty = total(rows["native"]), total(rows["empty"])
+print()
+print(f"instructions per request (valgrind --tool=callgrind, {n} requests per configuration after a warm-up, one keep-alive connection, pinned cookie)")
+print(f"{'configuration':36} {'instr/req':>10} {'x native':>9} {'- empty':>9} {'Envoy':>9} {'generated':>10} {'libc':>8} {'other':>7}")
+for name, r in rows.items():
+    t = total(r)
+    print(f"{labels.get(name, name):36} {t:10.0f} {native / t:9.2f} {t - empty:+9.0f} {r['envoy']:9.0f} {r['generated']:10.0f} {r['libc']:8.0f} {r['other']:7.0f}")
+print("x native: the native filter's instructions over the row's (above 1: cheaper). - empty: over the empty wasm filter.")
+if "probe_floor" in rows and "raw_empty" in rows:
+    # The fewest host calls a pinned request needs in wiring (b) (read the
+    # cookie, set the header, read the echo), without the SDK's dispatcher.
+    floor = total(rows["raw_empty"]) + total(rows["probe_floor"]) - empty
+    print(f"floor of a cookie plugin in wiring (b) without Envoy's header filter: raw empty filter + those three host calls"
+          f" = {floor:.0f} instr/req = {native / floor:.2f} x native, {empty / floor:.2f} x the empty filter")
+print("generated: code V8 generates at run time (the compiled wasm module and its stubs); Envoy: Envoy's binary, V8's runtime included.")
+EOF

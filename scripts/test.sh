@@ -31,9 +31,8 @@ cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --rel
 cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --release --features tether-core/regex
 
 step "wasm plugin builds"
-for p in $(sed -n 's/^name = "\(tether-plugin\|tether-empty-filter\)"$/\1/p' plugin/Cargo.toml wasm-tests/empty-filter/Cargo.toml 2>/dev/null); do
-  cargo build --quiet -p "$p" --target wasm32-wasip1 --profile wasm
-done
+cargo build --quiet -p tether-plugin -p tether-empty-filter -p tether-host-call-filter -p tether-raw-empty-filter \
+  --target wasm32-wasip1 --profile wasm
 ls -l target/wasm32-wasip1/wasm/*.wasm 2>/dev/null || true
 
 step "fuzzing (bounded)"

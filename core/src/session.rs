@@ -27,7 +27,7 @@ use crate::address::AddressList;
 use crate::config::{ConfigError, SessionConfig, SessionMode};
 use crate::cookie::{self, DecodeError, Format, SessionCookie, Signature};
 use crate::http::cookie_header;
-use crate::http::path::path_matches;
+use crate::http::path::{matches_every_path, path_matches};
 use crate::http::set_cookie::Style;
 
 /// What an adapter knows about the request, as plain values.
@@ -152,6 +152,16 @@ impl Session {
         match &self.config.mode {
             SessionMode::Header { name } => Some(name),
             SessionMode::Cookie(_) => None,
+        }
+    }
+
+    /// Whether [`Session::lookup`] needs the request path: only in cookie mode
+    /// with a cookie path that does not match every request. Adapters that
+    /// pay for each header they read skip `:path` otherwise.
+    pub fn reads_path(&self) -> bool {
+        match &self.config.mode {
+            SessionMode::Cookie(spec) => !matches_every_path(spec.path()),
+            SessionMode::Header { .. } => false,
         }
     }
 

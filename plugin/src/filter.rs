@@ -6,7 +6,9 @@
 //!
 //! | step | host calls |
 //! |---|---|
-//! | request | 1 (all request headers) + 1 if pinned (set the override header) + 1 if the client sent one (remove it) |
+//! | request, pinned by the first header read | 1 (the session's `Cookie` or session header) + 1 (set the override header, which also replaces one a client sent) |
+//! | request without that header | 1 (it is absent) + 1 (is the override header there?) + 1 if a client sent one (remove it) |
+//! | any other request | the above, then 1 (all request headers: other `Cookie` headers, `:path` for a cookie path) + 1 if pinned + 1 to remove a client's override header |
 //! | response, pinned and served by its host | 1: `upstream.address` in wiring (a); in wiring (b) the native filter's echo header (absent) |
 //! | response that sets a cookie | + `xds.cluster_name` (formats that carry it) + `response.code_details` + the header (+ removing the echo in wiring (b)) |
 //!
@@ -53,6 +55,8 @@ pub enum Level {
 pub trait Host {
     /// Every request header, serialized as proxy-wasm returns them.
     fn request_headers(&mut self) -> Option<HeaderMap>;
+    /// The first value of a request header (what Envoy returns for one name).
+    fn request_header(&mut self, name: &str) -> Option<Vec<u8>>;
     /// Sets (replaces) a request header.
     fn set_request_header(&mut self, name: &str, value: &str);
     /// Removes every value of a request header.
@@ -168,6 +172,63 @@ impl Plugin {
     /// (`None` when it could not be read: the request is then left alone,
     /// because neither expiry nor a new cookie can be judged without it).
     pub fn on_request(&self, host: &mut impl Host, now: Option<u64>) -> Exchange {
+        match self.on_request_quick(host, now) {
+            Some(exchange) => exchange,
+            None => self.on_request_full(host, now),
+        }
+    }
+
+    /// The common cases with one header read instead of the whole map: the
+    /// session's header pins the request (the override header is then set,
+    /// replacing any value a client sent), or the request has no such header
+    /// at all. Everything else (a cookie path to check, a session cookie in
+    /// a later `Cookie` header, a miss to log, no clock) returns `None` for
+    /// the full read.
+    fn on_request_quick(&self, host: &mut impl Host, now: Option<u64>) -> Option<Exchange> {
+        let cfg = &self.config;
+        let session = &cfg.session;
+        let now = now?;
+        if session.reads_path() {
+            return None;
+        }
+        let cookie_mode = session.cookie_name().is_some();
+        let name = if cookie_mode {
+            "cookie"
+        } else {
+            session.header_name()?
+        };
+        let Some(bytes) = host.request_header(name) else {
+            // No session at all: only a client's override header must go.
+            if host.request_header(&cfg.override_header).is_some() {
+                host.remove_request_header(&cfg.override_header);
+            }
+            return Some(Exchange {
+                lookup: Lookup::Miss(Miss::Absent),
+                now,
+                asked: None,
+            });
+        };
+        let value = str::from_utf8(&bytes).ok()?;
+        let cookies = [value];
+        let req = SessionRequest {
+            path: "",
+            cookies: if cookie_mode { &cookies[..] } else { &[] },
+            header: if cookie_mode { None } else { Some(value) },
+        };
+        let lookup = session.lookup(&req, now);
+        let Lookup::Pinned(pin) = &lookup else {
+            return None;
+        };
+        let value = override_value(&pin.cookie.addresses, cfg.encoding)?;
+        host.set_request_header(&cfg.override_header, &value);
+        let asked = (cfg.encoding == OverrideEncoding::SessionHeader)
+            .then(|| pin.cookie.addresses.primary());
+        Some(Exchange { lookup, now, asked })
+    }
+
+    /// The request read whole: every `Cookie` header, `:path`, the session
+    /// header and a client's override header, from one map.
+    fn on_request_full(&self, host: &mut impl Host, now: Option<u64>) -> Exchange {
         let cfg = &self.config;
         let session = &cfg.session;
         let headers = host.request_headers().unwrap_or_default();
@@ -396,6 +457,13 @@ mod tests {
     }
 
     impl Host for FakeHost {
+        fn request_header(&mut self, name: &str) -> Option<Vec<u8>> {
+            self.calls.push(alloc::format!("request_header {name}"));
+            self.request
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        }
         fn request_headers(&mut self) -> Option<HeaderMap> {
             self.calls.push("request_headers".into());
             Some(HeaderMap::from_pairs(
@@ -572,12 +640,80 @@ mod tests {
             &[(":path", "/"), ("x-tether-override-host", "127.0.0.1:9")],
             "127.0.0.1:8001",
         );
-        assert_eq!(req.calls[1], "remove_request_header x-tether-override-host");
+        assert_eq!(
+            req.calls,
+            [
+                "request_header cookie",
+                "request_header x-tether-override-host",
+                "remove_request_header x-tether-override-host"
+            ]
+        );
         assert!(req
             .request
             .iter()
             .all(|(n, _)| n != "x-tether-override-host"));
         assert!(req.set_request.is_empty());
+        // Other cookies but no session: the whole map is read, and the
+        // client's override header still goes.
+        let (req, _) = exchange(
+            &p,
+            &[
+                (":path", "/"),
+                ("cookie", "a=1"),
+                ("x-tether-override-host", "127.0.0.1:9"),
+            ],
+            "127.0.0.1:8001",
+        );
+        assert!(req
+            .calls
+            .contains(&"remove_request_header x-tether-override-host".into()));
+        assert!(req.set_request.is_empty());
+    }
+
+    #[test]
+    fn a_pinned_request_replaces_a_client_override_header_in_one_call() {
+        let p = plugin(COOKIE);
+        let header = alloc::format!("s={}", envoy_cookie("127.0.0.1:8001"));
+        let (req, _) = exchange(
+            &p,
+            &[
+                (":path", "/"),
+                ("x-tether-override-host", "127.0.0.1:9"),
+                ("cookie", &header),
+            ],
+            "127.0.0.1:8001",
+        );
+        assert_eq!(
+            req.calls,
+            [
+                "request_header cookie",
+                "set_request_header x-tether-override-host"
+            ]
+        );
+        assert_eq!(
+            req.set_request,
+            [("x-tether-override-host".into(), "127.0.0.1:8001".into())]
+        );
+    }
+
+    #[test]
+    fn a_session_cookie_in_a_later_cookie_header_still_pins() {
+        let p = plugin(COOKIE);
+        let header = alloc::format!("s={}", envoy_cookie("127.0.0.1:8001"));
+        let (req, _) = exchange(
+            &p,
+            &[(":path", "/"), ("cookie", "a=1; b=2"), ("cookie", &header)],
+            "127.0.0.1:8001",
+        );
+        assert!(
+            req.calls.contains(&"request_headers".into()),
+            "{:?}",
+            req.calls
+        );
+        assert_eq!(
+            req.set_request,
+            [("x-tether-override-host".into(), "127.0.0.1:8001".into())]
+        );
     }
 
     #[test]

@@ -251,6 +251,33 @@ async fn client_sent_override_header_is_ignored() {
     }
 }
 
+/// The plugin reads one `Cookie` header first (Envoy returns the first of
+/// several): a session cookie in a later header must still pin, and other
+/// cookies before it must not hide it.
+#[tokio::test]
+async fn a_session_cookie_in_a_second_cookie_header_pins() {
+    let stage = wiring_a().await;
+    let c = scenario::cookie(&grpc_value(stage.addr_of("backend-3"), CLUSTER));
+    for _ in 0..6 {
+        let r = stage
+            .get("/", &[("cookie", "theme=dark; lang=en"), ("cookie", &c)])
+            .await;
+        assert_eq!(r.status, 200, "{}", stage.envoy.log());
+        assert_eq!(backend(&r), "backend-3", "{}", r.json());
+        let r = stage
+            .get("/", &[("cookie", &format!("theme=dark; {c}"))])
+            .await;
+        assert_eq!(backend(&r), "backend-3", "{}", r.json());
+    }
+    // An empty override header from a client is removed too.
+    let r = stage.get("/", &[(OVERRIDE_HEADER, "")]).await;
+    assert!(
+        r.json()["headers"].get(OVERRIDE_HEADER).is_none(),
+        "not forwarded: {}",
+        r.json()
+    );
+}
+
 #[tokio::test]
 async fn per_route_disable_leaves_the_route_alone() {
     // envoy-configs' `/static/` route: FilterConfig { disabled: true } for the

@@ -12,7 +12,7 @@
 /// - otherwise the request path equals it, or starts with it and continues
 ///   with `/`, `?` or `#`.
 pub fn path_matches(cookie_path: &str, request_path: &str) -> bool {
-    if cookie_path.is_empty() || cookie_path == "/" {
+    if matches_every_path(cookie_path) {
         return true;
     }
     let Some(rest) = request_path.strip_prefix(cookie_path) else {
@@ -21,6 +21,11 @@ pub fn path_matches(cookie_path: &str, request_path: &str) -> bool {
     rest.is_empty()
         || cookie_path.ends_with('/')
         || matches!(rest.as_bytes()[0], b'/' | b'?' | b'#')
+}
+
+/// Whether a cookie path matches every request path (empty or `/`).
+pub fn matches_every_path(cookie_path: &str) -> bool {
+    cookie_path.is_empty() || cookie_path == "/"
 }
 
 #[cfg(test)]
