@@ -5,7 +5,8 @@
 # builds; every Rust test (unit, vectors, property, real Envoy and gRPC C-core
 # interop); a bounded fuzz run; the JavaScript package and its Chromium test;
 # a short run of the plugin benchmark script; a FROM-scratch image of the
-# static tether binary run by the Docker engine.
+# static tether binary run by the Docker engine; the compose demo run for
+# real, its story driven across the containers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n=== %s\n' "$*"; }
@@ -40,6 +41,9 @@ scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
 
 step "Docker: a FROM-scratch image runs the static tether binary"
 scripts/scratch-image.sh
+
+step "Docker Compose: the demo's story across containers (envoy-configs/docker-compose.yml)"
+scripts/compose-test.sh
 
 if [ -x js/test.sh ]; then
   step "JavaScript package and inspector page"

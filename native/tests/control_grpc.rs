@@ -4,16 +4,18 @@
 //! (ApiListener, routes, clusters, endpoints), and C-core's stateful session
 //! cookie (A55/A60) pins calls to one backend. Through aggregate services on
 //! two levels C-core fails over from the primary to the fallback to the spare.
+//! Session cookies crossing between C-core, `tether::Channel` and Envoy (its
+//! own filter and the tether plugin) are `wasm-tests/tests/interop_matrix.rs`.
 //!
-//! grpcio is installed with pip into a virtual environment under the target
-//! directory the first time (one download), then reused.
+//! The client is testkit's `grpcio` peer: python3's grpcio when it has one,
+//! else grpcio installed with pip into a virtual environment under the
+//! target directory the first time (one download), then reused.
 
 mod control_support;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +23,7 @@ use std::time::Duration;
 use control_support::{Control, TempDir};
 use tether_proto::demo::v1::echo_server::{Echo, EchoServer};
 use tether_proto::demo::v1::{EchoReply, EchoRequest};
-use tokio::process::Command;
+use tether_testkit::grpcio::{self, Call, Client};
 
 struct Backend {
     name: String,
@@ -64,170 +66,29 @@ async fn start_backend(name: &str) -> (SocketAddr, tokio::task::JoinHandle<()>) 
     (addr, task)
 }
 
-/// A Python with grpcio, in a venv under the target directory.
-async fn python() -> PathBuf {
-    // The tests of this file run in parallel: one of them creates the venv.
-    static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _creating = CREATING.lock().await;
+/// The grpcio client over `bootstrap`: python3's grpcio, or one installed
+/// into a virtual environment under the target directory (once).
+async fn grpcio_client(bootstrap: &Path) -> Client {
     let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-grpcio");
-    let py = venv.join("bin").join("python");
-    let has_grpc = |py: PathBuf| async move {
-        Command::new(py)
-            .args(["-c", "import grpc"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await
-            .is_ok_and(|s| s.success())
-    };
-    if has_grpc(py.clone()).await {
-        return py;
-    }
-    let status = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
+    let py = grpcio::python_or_install(Some(&venv))
         .await
-        .expect("python3 -m venv");
-    assert!(status.success(), "python3 -m venv failed");
-    // Up to three attempts: one network hiccup should not fail the suite.
-    let mut failures = Vec::new();
-    for attempt in 1..=3 {
-        let out = tokio::time::timeout(
-            Duration::from_secs(300),
-            Command::new(&py)
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "grpcio==1.85.1",
-                ])
-                .kill_on_drop(true)
-                .output(),
-        )
-        .await;
-        match out {
-            Ok(Ok(out)) if out.status.success() => return py,
-            Ok(Ok(out)) => failures.push(String::from_utf8_lossy(&out.stderr).into_owned()),
-            Ok(Err(e)) => failures.push(format!("cannot run pip: {e}")),
-            Err(_) => failures.push("pip did not finish within 5 minutes".to_owned()),
-        }
-        tokio::time::sleep(Duration::from_secs(5 * attempt)).await;
-    }
-    panic!("pip install grpcio failed 3 times: {failures:#?}");
+        .unwrap_or_else(|e| panic!("{e}"));
+    Client::new(py, bootstrap)
 }
 
-#[derive(Debug)]
-struct Call {
-    /// The key sent (calls made with `--keys-header`).
-    key: Option<String>,
-    backend: String,
-    address: String,
-    set_cookie: Vec<String>,
-}
-
-async fn run_client(
-    py: &Path,
-    bootstrap: &Path,
-    target: &str,
-    calls: usize,
-    cookie: Option<&str>,
-) -> Vec<Call> {
-    run_client_warmed(py, bootstrap, target, 0, calls, cookie).await
-}
-
-/// As [`run_client`], after unprinted warm-up calls until `warm` distinct
-/// backends have answered: C-core's round robin only picks connected
-/// subchannels, so a spread is only meaningful once all have connected.
-async fn run_client_warmed(
-    py: &Path,
-    bootstrap: &Path,
+/// `calls` calls to `target` through `client` (after warming up to `warm`
+/// distinct backends), each with `cookie`; panics when the client fails.
+async fn run(
+    client: &Client,
     target: &str,
     warm: usize,
     calls: usize,
     cookie: Option<&str>,
 ) -> Vec<Call> {
-    let mut args = Vec::new();
-    if warm > 0 {
-        args.extend(["--warm".to_owned(), warm.to_string()]);
-    }
-    args.extend([target.to_owned(), calls.to_string()]);
-    args.extend(cookie.map(str::to_owned));
-    run_peer(py, bootstrap, &args, None).await
-}
-
-/// One call per key, each with the metadata `header: key`.
-async fn run_client_keys(
-    py: &Path,
-    bootstrap: &Path,
-    target: &str,
-    header: &str,
-    keys: &[String],
-) -> Vec<Call> {
-    let args = [
-        "--keys-header".to_owned(),
-        header.to_owned(),
-        target.to_owned(),
-        "0".to_owned(),
-    ];
-    let mut stdin = keys.join("\n");
-    stdin.push('\n');
-    run_peer(py, bootstrap, &args, Some(stdin)).await
-}
-
-/// Runs the grpcio peer with `args` (and `stdin`); one [`Call`] per line.
-async fn run_peer(
-    py: &Path,
-    bootstrap: &Path,
-    args: &[String],
-    stdin: Option<String>,
-) -> Vec<Call> {
-    use tokio::io::AsyncWriteExt;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/peers/grpc_xds_client.py");
-    let mut child = Command::new(py)
-        .arg(script)
-        .args(args)
-        .env("GRPC_XDS_BOOTSTRAP", bootstrap)
-        .env_remove("GRPC_XDS_BOOTSTRAP_CONFIG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run the grpcio client");
-    let mut pipe = child.stdin.take().expect("stdin");
-    if let Some(text) = stdin {
-        pipe.write_all(text.as_bytes()).await.expect("write keys");
-    }
-    drop(pipe);
-    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+    client
+        .calls_warmed(target, warm, calls, cookie)
         .await
-        .expect("the grpcio client finished within 2 minutes")
-        .expect("run the grpcio client");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "grpcio client failed: {stderr}");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value =
-                serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
-            Call {
-                key: v["key"].as_str().map(str::to_owned),
-                backend: v["backend"].as_str().unwrap_or_default().to_owned(),
-                address: v["address"].as_str().unwrap_or_default().to_owned(),
-                set_cookie: v["set_cookie"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|s| s.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            }
-        })
-        .collect()
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,11 +118,11 @@ services:
     let control = Control::start(&yaml).await;
     let dir = TempDir::new("grpc-bootstrap");
     let bootstrap = dir.bootstrap(&control.bootstrap_json("grpcio-client"));
-    let py = python().await;
+    let client = grpcio_client(&bootstrap).await;
     let target = "xds:///echo.tether.test";
 
     // Without a cookie: round robin over both, each reply brings a cookie.
-    let calls = run_client_warmed(&py, &bootstrap, target, 2, 6, None).await;
+    let calls = run(&client, target, 2, 6, None).await;
     assert_eq!(calls.len(), 6);
     let backends: HashSet<&str> = calls.iter().map(|c| c.backend.as_str()).collect();
     assert_eq!(backends, HashSet::from(["echo-1", "echo-2"]), "{calls:?}");
@@ -288,7 +149,7 @@ services:
 
     // With it: every call goes to that backend and no new cookie is set.
     let cookie = format!("grpc-session={value}");
-    let pinned = run_client(&py, &bootstrap, target, 6, Some(&cookie)).await;
+    let pinned = run(&client, target, 0, 6, Some(&cookie)).await;
     for c in &pinned {
         assert_eq!(c.backend, first.backend, "{pinned:?}");
         assert!(c.set_cookie.is_empty(), "{c:?}");
@@ -370,14 +231,14 @@ async fn grpcio_client_fails_over_through_aggregate_services() {
     };
     let dir = TempDir::new("grpc-aggregate");
     let bootstrap = dir.bootstrap(&control.bootstrap_json("grpcio-aggregate"));
-    let py = python().await;
+    let client = grpcio_client(&bootstrap).await;
     let target = "xds:///echo.tether.test";
     let backends =
         |calls: &[Call]| -> HashSet<String> { calls.iter().map(|c| c.backend.clone()).collect() };
 
     // C-core accepts the nested aggregate clusters and uses the primary's
     // backends, round robin.
-    let calls = run_client_warmed(&py, &bootstrap, target, 2, 6, None).await;
+    let calls = run(&client, target, 2, 6, None).await;
     assert_eq!(
         backends(&calls),
         HashSet::from(["primary-1".to_owned(), "primary-2".to_owned()]),
@@ -391,7 +252,7 @@ async fn grpcio_client_fails_over_through_aggregate_services() {
     let decoded = tether_core::cookie::decode(value, &tether_core::KeyRing::empty())
         .expect("C-core's cookie decodes");
     assert_eq!(decoded.cookie.cluster.as_deref(), Some("shop/session"));
-    let pinned = run_client(&py, &bootstrap, target, 6, Some(&cookie)).await;
+    let pinned = run(&client, target, 0, 6, Some(&cookie)).await;
     assert_eq!(
         backends(&pinned),
         HashSet::from([calls[0].backend.clone()]),
@@ -400,7 +261,7 @@ async fn grpcio_client_fails_over_through_aggregate_services() {
 
     // No healthy primary endpoint: the fallback, then one level up the spare.
     set(&control, &mut version, "UNHEALTHY", "HEALTHY").await;
-    let calls = run_client(&py, &bootstrap, target, 4, Some(&cookie)).await;
+    let calls = run(&client, target, 0, 4, Some(&cookie)).await;
     assert_eq!(
         backends(&calls),
         HashSet::from(["fallback".to_owned()]),
@@ -408,7 +269,7 @@ async fn grpcio_client_fails_over_through_aggregate_services() {
     );
     let on_fallback = cookie_of(&calls[0]);
     set(&control, &mut version, "UNHEALTHY", "UNHEALTHY").await;
-    let calls = run_client(&py, &bootstrap, target, 4, None).await;
+    let calls = run(&client, target, 0, 4, None).await;
     assert_eq!(
         backends(&calls),
         HashSet::from(["spare".to_owned()]),
@@ -419,7 +280,7 @@ async fn grpcio_client_fails_over_through_aggregate_services() {
     // fallback does not stay there (the session is kept inside the cluster
     // the aggregate picks, not across its clusters).
     set(&control, &mut version, "HEALTHY", "HEALTHY").await;
-    let calls = run_client(&py, &bootstrap, target, 4, Some(&on_fallback)).await;
+    let calls = run(&client, target, 0, 4, Some(&on_fallback)).await;
     assert!(
         calls.iter().all(|c| c.backend.starts_with("primary-")),
         "{calls:?}"
@@ -484,7 +345,7 @@ services:
     let control = Control::start(&yaml).await;
     let dir = TempDir::new("grpc-ring-hash");
     let bootstrap = dir.bootstrap(&control.bootstrap_json("grpcio-ring-hash"));
-    let py = python().await;
+    let client = grpcio_client(&bootstrap).await;
 
     // Core's side, with gRPC's rules; tether-control names the localities
     // region "us", zones "a" and "b".
@@ -511,7 +372,10 @@ services:
     let keys: Vec<String> = (0..4000)
         .map(|i| format!("user-{i}-{}", i * 7919))
         .collect();
-    let calls = run_client_keys(&py, &bootstrap, "xds:///hash.tether.test", "x-user", &keys).await;
+    let calls = client
+        .keys("xds:///hash.tether.test", "x-user", &keys)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(calls.len(), keys.len());
     let mut mismatches = Vec::new();
     let mut seen = HashSet::new();
@@ -612,7 +476,7 @@ async fn tether_channel_fails_over_like_grpcio_through_aggregate_services() {
     let control = Control::start(&aggregate_yaml("HEALTHY", "HEALTHY", addrs)).await;
     let dir = TempDir::new("channel-vs-grpcio");
     let bootstrap = dir.bootstrap(&control.bootstrap_json("channel-vs-grpcio"));
-    let py = python().await;
+    let client = grpcio_client(&bootstrap).await;
     let target = "xds:///echo.tether.test";
     let channel = tether::Channel::builder()
         .bootstrap(tether::xds::Bootstrap::from_file(&bootstrap).unwrap())
@@ -641,12 +505,11 @@ async fn tether_channel_fails_over_like_grpcio_through_aggregate_services() {
                 control.stderr()
             );
         }
-        let grpcio: HashSet<String> =
-            run_client_warmed(&py, &bootstrap, target, want.len(), 6, None)
-                .await
-                .into_iter()
-                .map(|c| c.backend)
-                .collect();
+        let grpcio: HashSet<String> = run(&client, target, want.len(), 6, None)
+            .await
+            .into_iter()
+            .map(|c| c.backend)
+            .collect();
         let tether = channel_settles_on(&channel, &want).await;
         assert_eq!(
             grpcio, want,
@@ -659,103 +522,6 @@ async fn tether_channel_fails_over_like_grpcio_through_aggregate_services() {
     }
     assert!(control.nacks_none(), "{}", control.stderr());
     for t in [t1, t2, t3, t4] {
-        t.abort();
-    }
-}
-
-/// One call through `tether::Channel` with an optional cookie: the backend
-/// and the Set-Cookie values of the response.
-async fn channel_call(channel: &tether::Channel, cookie: Option<&str>) -> (String, Vec<String>) {
-    let mut client = tether_proto::demo::v1::echo_client::EchoClient::new(channel.clone());
-    let mut request = tonic::Request::new(EchoRequest {
-        message: "x".into(),
-    });
-    if let Some(c) = cookie {
-        request.metadata_mut().insert("cookie", c.parse().unwrap());
-    }
-    request.set_timeout(Duration::from_secs(10));
-    let response = client.echo(request).await.expect("the call succeeds");
-    let set = response
-        .metadata()
-        .get_all("set-cookie")
-        .iter()
-        .map(|v| v.to_str().unwrap().to_owned())
-        .collect();
-    (response.into_inner().backend, set)
-}
-
-/// Over one tether-control file, a session cookie minted by gRPC C-core is
-/// honoured by `tether::Channel` (same backend, no new cookie) and one
-/// minted by `tether::Channel` is honoured by C-core; both write the same
-/// bytes for the same endpoint and cluster.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn session_cookies_cross_between_grpcio_and_tether_channel() {
-    let (a1, t1) = start_backend("echo-1").await;
-    let (a2, t2) = start_backend("echo-2").await;
-    let (a3, t3) = start_backend("echo-3").await;
-    let yaml = format!(
-        r#"virtualhosts:
-  - name: echo.tether.test
-    routes:
-      - services:
-          - name: echo
-        loadBalancerPolicy:
-          strategy: Session
-          session:
-            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
-services:
-  - name: echo
-    protocol: h2c
-    endpoints:
-      - address: {a1}
-      - address: {a2}
-      - address: {a3}
-"#
-    );
-    let control = Control::start(&yaml).await;
-    let dir = TempDir::new("grpc-sessions");
-    let bootstrap = dir.bootstrap(&control.bootstrap_json("sessions"));
-    let py = python().await;
-    let target = "xds:///echo.tether.test";
-    let channel = tether::Channel::builder()
-        .bootstrap(tether::xds::Bootstrap::from_file(&bootstrap).unwrap())
-        .connect(target)
-        .unwrap();
-
-    // C-core mints, tether honours: 20 of 20 on its backend, no Set-Cookie.
-    let calls = run_client_warmed(&py, &bootstrap, target, 3, 1, None).await;
-    let minted = cookie_of(&calls[0]);
-    for _ in 0..20 {
-        let (backend, set) = channel_call(&channel, Some(&minted)).await;
-        assert_eq!(backend, calls[0].backend, "tether honours C-core's cookie");
-        assert!(set.is_empty(), "{set:?}");
-    }
-
-    // tether mints, C-core honours.
-    let (ours_backend, set) = channel_call(&channel, None).await;
-    assert_eq!(set.len(), 1, "{set:?}");
-    assert!(
-        set[0].ends_with("; HttpOnly; Path=/; Max-Age=60"),
-        "{set:?}"
-    );
-    let ours = set[0].split(';').next().unwrap().to_owned();
-    let pinned = run_client(&py, &bootstrap, target, 20, Some(&ours)).await;
-    for c in &pinned {
-        assert_eq!(
-            c.backend, ours_backend,
-            "C-core honours tether's cookie: {pinned:?}"
-        );
-        assert!(c.set_cookie.is_empty(), "{c:?}");
-    }
-    // The same endpoint and cluster give the same bytes from both.
-    let same_backend = run_client_warmed(&py, &bootstrap, target, 3, 12, None)
-        .await
-        .into_iter()
-        .find(|c| c.backend == ours_backend)
-        .expect("C-core reached tether's backend within 12 calls");
-    assert_eq!(cookie_of(&same_backend), ours);
-    assert!(control.nacks_none(), "{}", control.stderr());
-    for t in [t1, t2, t3] {
         t.abort();
     }
 }

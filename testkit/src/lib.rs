@@ -4,15 +4,19 @@
 //! - [`backend`]: HTTP backends that answer with who they are;
 //! - [`client`]: a minimal HTTP/1.1 client that shows every response header;
 //! - `grpc` (feature `grpc`): gRPC backends serving the demo Echo service,
-//!   whose replies say which backend answered.
+//!   whose replies say which backend answered;
+//! - [`grpcio`]: gRPC C-core (PyPI `grpcio`) as a peer, through the xDS
+//!   client in `native/tests/peers`.
 //!
-//! Ports come from [`free_port`]; tests format them into their YAML.
+//! Ports come from [`free_port`]; tests format them into their YAML. Child
+//! processes are made with [`command`], so none outlives the test process.
 
 pub mod backend;
 pub mod client;
 pub mod envoy;
 #[cfg(feature = "grpc")]
 pub mod grpc;
+pub mod grpcio;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -90,4 +94,92 @@ where
 /// Whether something accepts TCP connections at `addr`.
 pub async fn is_listening(addr: SocketAddr) -> bool {
     tokio::net::TcpStream::connect(addr).await.is_ok()
+}
+
+/// A command for `program` whose process is killed when the thread that
+/// spawns it ends, through Linux's parent-death signal (util-linux
+/// `setpriv --pdeathsig`, when installed), and when its handle is dropped.
+///
+/// `kill_on_drop` alone leaves a child running when the test process is
+/// killed, or when the handle is never dropped (a fixture in a `static`
+/// shared by a file's tests). Spawn from a thread that lives as long as the
+/// child should: a test's own thread, or a worker of a runtime kept for the
+/// whole process.
+pub fn command(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
+    static SETPRIV: OnceLock<bool> = OnceLock::new();
+    let setpriv = *SETPRIV.get_or_init(|| {
+        std::process::Command::new("setpriv")
+            .args(["--pdeathsig", "KILL", "--", "true"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    // setpriv sets the signal and then execs the program: same process.
+    let mut cmd = if setpriv {
+        let mut c = tokio::process::Command::new("setpriv");
+        c.args(["--pdeathsig", "KILL", "--"]).arg(program);
+        c
+    } else {
+        tokio::process::Command::new(program)
+    };
+    cmd.kill_on_drop(true);
+    cmd
+}
+
+/// Removes, once per process, the temporary directories of test processes
+/// that are gone: directories named `tether-<tag>-<pid>-<n>` in the system's
+/// temporary directory (as the kit's fixtures name theirs) whose process no
+/// longer runs. A fixture kept for a whole test process (in a `static`) is
+/// never dropped, and a killed test drops nothing; the next run cleans up.
+pub fn sweep_stale_temp_dirs() {
+    static SWEPT: OnceLock<()> = OnceLock::new();
+    SWEPT.get_or_init(|| {
+        // Without /proc nothing tells a finished process from a running one.
+        if !std::path::Path::new("/proc/self").exists() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(stale_pid) else {
+                continue;
+            };
+            let dir = entry.path();
+            if dir.is_dir() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+    });
+}
+
+/// The process ID in a name `tether-<tag>-<pid>-<n>`.
+fn stale_pid(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix("tether-")?;
+    let mut parts = rest.rsplitn(3, '-');
+    let n = parts.next()?;
+    let pid = parts.next()?;
+    let tag = parts.next()?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(n) || tag.is_empty() {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn stale_pid_reads_the_kits_directory_names() {
+        use super::stale_pid;
+        assert_eq!(stale_pid("tether-envoy-1302-0"), Some(1302));
+        assert_eq!(stale_pid("tether-grpc-bootstrap-77-123456789"), Some(77));
+        assert_eq!(stale_pid("tether-bench.XQZFkC"), None);
+        assert_eq!(stale_pid("tether-envoy-x-0"), None);
+        assert_eq!(stale_pid("tether-12-0"), None);
+        assert_eq!(stale_pid("other-envoy-1-0"), None);
+    }
 }

@@ -31,6 +31,7 @@ impl Control {
     /// refused.
     pub async fn start(yaml: &str) -> Result<Control, String> {
         static N: AtomicU64 = AtomicU64::new(0);
+        tether_testkit::sweep_stale_temp_dirs();
         let dir = std::env::temp_dir().join(format!(
             "tether-control-{}-{}",
             std::process::id(),

@@ -12,8 +12,7 @@
 //! returns (or when the future is dropped).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tether::xds::Bootstrap;
@@ -21,9 +20,10 @@ use tether::Channel;
 use tether_core::cookie::Format;
 use tether_testkit::envoy::Envoy;
 use tether_testkit::grpc::{DualBackend, EchoClient, EchoRequest};
+use tether_testkit::grpcio;
 
 use crate::control::Control;
-use crate::scenario::{minted, plugin_path, repo_root, session_cookies, start_envoy, Minted};
+use crate::scenario::{minted, plugin_path, session_cookies, start_envoy, Minted};
 
 /// The demo's tether-control file, with `@LISTEN@`, `@PLUGIN@`, `@SHOP@`
 /// and `@CATALOG@` to fill in.
@@ -79,8 +79,8 @@ struct Stage {
     envoy: Envoy,
     listen: SocketAddr,
     channel: Channel,
-    /// A Python with grpcio and the gRPC bootstrap file, when C-core plays.
-    ccore: Option<(PathBuf, PathBuf)>,
+    /// The C-core client, when C-core plays.
+    ccore: Option<grpcio::Client>,
     dir: PathBuf,
     /// The shop service's endpoints: (address, health or None when removed).
     shop: Vec<(SocketAddr, Option<&'static str>)>,
@@ -119,26 +119,7 @@ pub fn config(
 /// virtual environment the `control_grpc` tests create under
 /// `target/tmp/py-grpcio`. `None` when there is none.
 pub async fn find_python() -> Option<PathBuf> {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(p) = std::env::var_os("TETHER_PYTHON") {
-        candidates.push(p.into());
-    }
-    candidates.push("python3".into());
-    candidates.push(repo_root().join("target/tmp/py-grpcio/bin/python"));
-    for py in candidates {
-        let ok = tokio::process::Command::new(&py)
-            .args(["-c", "import grpc"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .status()
-            .await
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(py);
-        }
-    }
-    None
+    grpcio::find_python(None).await
 }
 
 /// Runs the story; `python` (with grpcio) adds the C-core client. An error
@@ -197,7 +178,7 @@ async fn start(python: Option<PathBuf>) -> Result<Stage, String> {
             let file = dir.join("bootstrap.json");
             std::fs::write(&file, control.grpc_bootstrap("demo-grpcio"))
                 .map_err(|e| format!("write {}: {e}", file.display()))?;
-            Some((py, file))
+            Some(grpcio::Client::new(py, file))
         }
         None => None,
     };
@@ -303,22 +284,19 @@ impl Stage {
     /// `calls` Echo calls through gRPC C-core in one process, each with
     /// `cookie`; `None` when C-core does not play.
     async fn ccore(&self, calls: usize, cookie: Option<&str>) -> Option<Result<Vec<Hop>, String>> {
-        let mut args = vec!["xds:///shop".to_owned(), calls.to_string()];
-        args.extend(cookie.map(str::to_owned));
-        let lines = self.peer(&args, None).await?;
+        let client = self.ccore.as_ref()?;
+        let lines = client.calls("xds:///shop", calls, cookie).await;
         Some(lines.map(|lines| {
             lines
                 .iter()
                 .map(|l| {
-                    let set: Vec<(String, String)> = l["set_cookie"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|v| v.as_str())
-                        .map(|v| ("set-cookie".to_owned(), v.to_owned()))
+                    let set: Vec<(String, String)> = l
+                        .set_cookie
+                        .iter()
+                        .map(|v| ("set-cookie".to_owned(), v.clone()))
                         .collect();
                     Hop {
-                        backend: l["backend"].as_str().unwrap_or("").to_owned(),
+                        backend: l.backend.clone(),
                         set: session_cookies(&set).pop(),
                     }
                 })
@@ -328,29 +306,9 @@ impl Stage {
 
     /// One C-core call per user with `x-user: <user>`: the backends.
     async fn ccore_users(&self, users: &[String]) -> Option<Result<Vec<String>, String>> {
-        let args = [
-            "--keys-header".to_owned(),
-            "x-user".to_owned(),
-            "xds:///shop".to_owned(),
-            "0".to_owned(),
-        ];
-        let lines = self.peer(&args, Some(users.join("\n") + "\n")).await?;
-        Some(lines.map(|lines| {
-            lines
-                .iter()
-                .map(|l| l["backend"].as_str().unwrap_or("").to_owned())
-                .collect()
-        }))
-    }
-
-    /// Runs the grpcio peer (at most 60 s); its JSON lines.
-    async fn peer(
-        &self,
-        args: &[String],
-        stdin: Option<String>,
-    ) -> Option<Result<Vec<serde_json::Value>, String>> {
-        let (py, bootstrap) = self.ccore.as_ref()?;
-        Some(run_peer(py, bootstrap, args, stdin).await)
+        let client = self.ccore.as_ref()?;
+        let lines = client.keys("xds:///shop", "x-user", users).await;
+        Some(lines.map(|lines| lines.into_iter().map(|l| l.backend).collect()))
     }
 
     /// Rewrites the file with the shop's endpoints as they are now.
@@ -384,48 +342,6 @@ impl Stage {
             .find(|s| s.cluster == SESSION_CLUSTER && s.sessions.address == addr)
             .map(|s| (s.sessions.health.to_string(), s.sessions.sessions))
     }
-}
-
-async fn run_peer(
-    py: &Path,
-    bootstrap: &Path,
-    args: &[String],
-    stdin: Option<String>,
-) -> Result<Vec<serde_json::Value>, String> {
-    use tokio::io::AsyncWriteExt;
-    let script = repo_root().join("native/tests/peers/grpc_xds_client.py");
-    let mut child = tokio::process::Command::new(py)
-        .arg(&script)
-        .args(args)
-        .env("GRPC_XDS_BOOTSTRAP", bootstrap)
-        .env_remove("GRPC_XDS_BOOTSTRAP_CONFIG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| format!("run {}: {e}", py.display()))?;
-    if let Some(mut pipe) = child.stdin.take() {
-        let text = stdin.unwrap_or_default();
-        pipe.write_all(text.as_bytes())
-            .await
-            .map_err(|e| format!("C-core stdin: {e}"))?;
-    }
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .map_err(|_| "the C-core client did not finish within 60 s".to_owned())?
-        .map_err(|e| format!("C-core client: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "the C-core client failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).map_err(|e| format!("C-core output {l:?}: {e}")))
-        .collect()
 }
 
 /// `backend-1 ×3, backend-2` for a list of backends.

@@ -4,8 +4,12 @@
 //!   the value, and Envoy refuses it: at start-up it does not start, on a
 //!   listener update it rejects the update and keeps serving the old one;
 //! - every file passes `envoy --mode validate`;
-//! - the docker-compose setup (Envoy-served backends + the plugin) pins
-//!   sessions when run as it is, on loopback.
+//! - the Envoy-served backends (`backends.yaml`) and the plugin in front of
+//!   them pin sessions when run as they are, on loopback;
+//! - the compose demo's files agree with each other (`docker-compose.yml`,
+//!   `compose/`): tether-control takes its file, the backends' addresses are
+//!   the containers', Envoy validates its bootstrap. The compose project
+//!   itself runs in `scripts/compose-test.sh`.
 
 use serde_json::json;
 use std::net::SocketAddr;
@@ -166,22 +170,72 @@ async fn every_ready_to_copy_config_validates() {
 }
 
 #[tokio::test]
-async fn docker_compose_setup_pins_sessions() {
+async fn compose_demo_files_agree() {
     let compose = config_text("docker-compose.yml");
-    // The compose file mounts the tested files and the built plugin where the
-    // configs expect it, on the Envoy version the tests run.
-    for mount in [
-        "./backends.yaml:",
-        "./plugin-override-host.yaml:",
-        &format!("../target/wasm32-wasip1/wasm/tether_plugin.wasm:{CONFIG_PLUGIN_PATH}:ro"),
+    // Image names are parameters; the defaults are the official images (and
+    // the tether image built from its Dockerfile).
+    for image in [
+        "image: ${ENVOY_IMAGE:-envoyproxy/envoy:v1.40.0}",
+        "image: ${PYTHON_IMAGE:-python:3.11-slim}",
+        "image: ${TETHER_IMAGE:-",
+        "dockerfile: envoy-configs/images/tether.Dockerfile",
     ] {
-        assert!(compose.contains(mount), "docker-compose.yml mounts {mount}");
+        assert!(compose.contains(image), "docker-compose.yml: {image}");
     }
-    assert!(compose.contains("image: envoyproxy/envoy:v1.40.0"));
-    assert!(compose.contains("network_mode: host"));
+    // tether-control takes its file, and its backends are the containers.
+    let yaml = config_text("compose/tether.yaml");
+    let config = tether::control::Config::parse(&yaml).unwrap_or_else(|e| panic!("{e}"));
+    let net = "10.203.117";
+    for service in ["shop", "catalog"] {
+        let spec = config.services.iter().find(|s| s.name == service).unwrap();
+        let addrs: Vec<String> = spec
+            .endpoints
+            .iter()
+            .map(|e| e.address.to_string())
+            .collect();
+        assert_eq!(
+            addrs,
+            (1..=3)
+                .map(|i| format!("{net}.1{i}:8080"))
+                .collect::<Vec<_>>()
+        );
+    }
+    for i in 1..=3 {
+        for text in [
+            format!(
+                "\"--name\", \"backend-{i}\", \"--listen\", \"${{TETHER_NET:-{net}}}.1{i}:8080\""
+            ),
+            format!("ipv4_address: \"${{TETHER_NET:-{net}}}.1{i}\""),
+        ] {
+            assert!(compose.contains(&text), "docker-compose.yml: {text}");
+        }
+    }
+    // The plugin is where the image puts it and Envoy mounts it.
+    let plugin = config
+        .envoy
+        .plugin
+        .as_ref()
+        .and_then(|p| p.filename.clone());
+    assert_eq!(
+        plugin.as_deref(),
+        Some("/opt/tether/plugin/tether_plugin.wasm")
+    );
+    assert!(compose.contains("- plugin:/opt/tether/plugin:ro"));
+    assert!(config_text("images/tether.Dockerfile").contains("/opt/tether/plugin/"));
+    // The bootstraps point at the tether-control service.
+    let bootstrap = tether::xds::Bootstrap::from_json(&config_text("compose/bootstrap.json"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(bootstrap.server().server_uri, "tether-control:18000");
+    let envoy = config_text("compose/envoy.yaml");
+    assert!(envoy.contains("address: tether-control, port_value: 18000"));
+    if let Err(e) = validate(&envoy).await {
+        panic!("compose/envoy.yaml: {e}");
+    }
+}
 
-    // Run the same two configurations here: Envoy serving the backends, and
-    // Envoy with the plugin in front of them.
+#[tokio::test]
+async fn envoy_served_backends_and_the_plugin_pin_sessions() {
+    // Envoy serving the backends, and Envoy with the plugin in front of them.
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
     let mut backends_yaml = config_text("backends.yaml");
     for (from, to) in CONFIG_BACKEND_PORTS.iter().zip(&ports) {

@@ -7,8 +7,9 @@
 //! chooses what Envoy clients get for `Session` routes: Envoy's own
 //! `stateful_session` filter (`sessionFilter: native`, the default) or the
 //! tether plugin (`sessionFilter: plugin`, with `plugin.filename`), which
-//! writes the cookie in the route's `session.format`. See `CONTROL.md` for
-//! the format with an example.
+//! writes the cookie in the route's `session.format`; `envoy.nodes` gives
+//! single Envoys (by node ID) another filter or listener. See `CONTROL.md`
+//! for the format with an example.
 //!
 //! Parsing rejects unknown fields and bad values with the field's path, line
 //! and column; [`Config::validate`] then checks what crosses fields (service
@@ -126,9 +127,41 @@ pub struct EnvoySpec {
     /// Which filter pins `Session` routes in Envoy.
     #[serde(default, rename = "sessionFilter")]
     pub session_filter: SessionFilter,
-    /// The tether plugin's settings, for `sessionFilter: plugin`.
+    /// The tether plugin's settings, for `sessionFilter: plugin` (here or
+    /// in one of `nodes`).
     #[serde(default)]
     pub plugin: Option<PluginSpec>,
+    /// Envoys, by node ID, that get another session filter or listener
+    /// than the rest: a fleet moving to the plugin one Envoy at a time, or
+    /// Envoys sharing a host.
+    #[serde(default)]
+    pub nodes: Vec<EnvoyNodeSpec>,
+}
+
+impl EnvoySpec {
+    /// Whether some Envoy (all of them, or one of `nodes`) runs the plugin.
+    pub fn uses_plugin(&self) -> bool {
+        self.session_filter == SessionFilter::Plugin
+            || self
+                .nodes
+                .iter()
+                .any(|n| n.session_filter == Some(SessionFilter::Plugin))
+    }
+}
+
+/// One entry of `envoy.nodes`: what the Envoy with this node ID gets
+/// instead of the file's settings.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct EnvoyNodeSpec {
+    /// The node ID in that Envoy's bootstrap (`node.id`).
+    pub id: String,
+    /// Its session filter (default: `envoy.sessionFilter`).
+    #[serde(default, rename = "sessionFilter")]
+    pub session_filter: Option<SessionFilter>,
+    /// Its listener (default: the file's `listener`).
+    #[serde(default)]
+    pub listener: Option<ListenerSpec>,
 }
 
 /// The filter Envoy clients get for `Session` routes.
@@ -405,9 +438,9 @@ pub struct SessionSpec {
     #[serde(default, rename = "idleTimeout")]
     pub idle_timeout: Option<DurationField>,
     /// The cookie format the tether plugin writes in Envoy (`envoy`,
-    /// `grpc` for C-core's, `legacy`; default `envoy`). Only with
-    /// `envoy.sessionFilter: plugin`: Envoy's own filter writes only its own
-    /// format, and proxyless clients choose theirs.
+    /// `grpc` for C-core's, `legacy`; default `envoy`). Only when some
+    /// Envoy runs the plugin (`sessionFilter: plugin`): Envoy's own filter
+    /// writes only its own format, and proxyless clients choose theirs.
     #[serde(default)]
     pub format: Option<FormatField>,
 }
@@ -809,9 +842,7 @@ impl Config {
                         ))
                     }
                     (Strategy::Session, Some(s)) => {
-                        if let (Some(f), SessionFilter::Native) =
-                            (s.format, self.envoy.session_filter)
-                        {
+                        if let (Some(f), false) = (s.format, self.envoy.uses_plugin()) {
                             return Err(ModelError::invalid(
                                 format!("{pat}.session.format"),
                                 f.0.as_str(),
@@ -855,17 +886,35 @@ impl Config {
     }
 
     /// The `envoy` section: a plugin needs its file (an absolute path) and
-    /// a valid override header; plugin settings need the plugin.
+    /// a valid override header; plugin settings need the plugin; each node
+    /// is listed once.
     fn validate_envoy(&self) -> Result<(), ModelError> {
         let e = &self.envoy;
-        match (e.session_filter, &e.plugin) {
-            (SessionFilter::Native, Some(_)) => Err(ModelError::invalid(
+        let mut ids = HashSet::new();
+        for (i, n) in e.nodes.iter().enumerate() {
+            if n.id.is_empty() {
+                return Err(ModelError::invalid(
+                    format!("envoy.nodes[{i}].id"),
+                    "",
+                    "must be non-empty",
+                ));
+            }
+            if !ids.insert(n.id.as_str()) {
+                return Err(ModelError::invalid(
+                    format!("envoy.nodes[{i}].id"),
+                    &n.id,
+                    "is listed twice",
+                ));
+            }
+        }
+        match (e.uses_plugin(), &e.plugin) {
+            (false, Some(_)) => Err(ModelError::invalid(
                 "envoy.plugin",
                 "native",
                 "is only used with envoy.sessionFilter: plugin (envoy.sessionFilter is native)",
             )),
-            (SessionFilter::Native, None) => Ok(()),
-            (SessionFilter::Plugin, plugin) => {
+            (false, None) => Ok(()),
+            (true, plugin) => {
                 let plugin = plugin.clone().unwrap_or_default();
                 match plugin.filename.as_deref() {
                     None => {
@@ -896,6 +945,20 @@ impl Config {
                 Ok(())
             }
         }
+    }
+
+    /// The configuration as the Envoy of `node` sees it: its session filter
+    /// and listener in place of the file's, and no other node's.
+    pub fn for_envoy_node(&self, node: &EnvoyNodeSpec) -> Config {
+        let mut c = self.clone();
+        if let Some(f) = node.session_filter {
+            c.envoy.session_filter = f;
+        }
+        if let Some(l) = &node.listener {
+            c.listener = Some(l.clone());
+        }
+        c.envoy.nodes.clear();
+        c
     }
 
     /// The service named `name`.

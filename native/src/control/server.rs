@@ -3,7 +3,8 @@
 //! or everything for a wildcard LDS/CDS request) and what it last sent, and
 //! pushes a new response whenever a new snapshot changes what that client
 //! should have. The node's `user_agent_name` chooses the flavor: `envoy`
-//! gets Envoy's resources, anything else the proxyless ones.
+//! gets Envoy's resources (its own when `envoy.nodes` lists its node ID),
+//! anything else the proxyless ones.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::pin::Pin;
@@ -278,7 +279,10 @@ impl AdsStream {
         let Some(sub) = self.subs.get_mut(type_url) else {
             return Ok(());
         };
-        let all = snapshot.resources.for_flavor(flavor).get(&kind);
+        let all = snapshot
+            .resources
+            .for_node(flavor, &self.node_id)
+            .get(&kind);
         let selected: BTreeMap<String, Any> = match all {
             None => BTreeMap::new(),
             Some(all) if sub.wildcard => all.clone(),

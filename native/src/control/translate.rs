@@ -180,6 +180,8 @@ pub struct Translated {
     pub envoy: Resources,
     /// For proxyless clients.
     pub proxyless: Resources,
+    /// For the Envoys `envoy.nodes` lists, by node ID, in place of `envoy`.
+    pub envoy_nodes: BTreeMap<String, Resources>,
 }
 
 impl Translated {
@@ -188,6 +190,15 @@ impl Translated {
         match f {
             Flavor::Envoy => &self.envoy,
             Flavor::Proxyless => &self.proxyless,
+        }
+    }
+
+    /// The resources for the client of `flavor` whose node ID is `node_id`:
+    /// an Envoy listed in `envoy.nodes` gets its own.
+    pub fn for_node(&self, f: Flavor, node_id: &str) -> &Resources {
+        match (f, self.envoy_nodes.get(node_id)) {
+            (Flavor::Envoy, Some(r)) => r,
+            _ => self.for_flavor(f),
         }
     }
 }
@@ -233,6 +244,16 @@ fn socket(addr: std::net::SocketAddr) -> core::Address {
 
 /// Translates a validated model.
 pub fn translate(config: &Config) -> Translated {
+    let mut out = translate_for(config);
+    for node in &config.envoy.nodes {
+        let own = translate_for(&config.for_envoy_node(node));
+        out.envoy_nodes.insert(node.id.clone(), own.envoy);
+    }
+    out
+}
+
+/// Translates a model for every client but the Envoys of `envoy.nodes`.
+fn translate_for(config: &Config) -> Translated {
     let mut out = Translated::default();
     let uses_session = config
         .virtualhosts
@@ -333,6 +354,7 @@ pub fn translate(config: &Config) -> Translated {
             if let (Some(p), Flavor::Envoy, Strategy::Session) = (&plugin, flavor, *strategy) {
                 if !spec.is_aggregate() {
                     override_host(&mut c, &p.header);
+                    c.outlier_detection = Some(connect_failure_ejection());
                 }
             }
             let target = match flavor {
@@ -448,6 +470,53 @@ fn override_host(c: &mut cpb::Cluster, header: &str) {
     c.load_balancing_policy = Some(cpb::LoadBalancingPolicy {
         policies: vec![policy(OVERRIDE_HOST_POLICY, pack(&oh))],
     });
+}
+
+/// The retry policy of a `Session` route when Envoy runs the plugin: a
+/// pinned host that cannot be connected to (refused, or gone and timing
+/// out) is retried elsewhere, and the plugin re-pins the session there. A
+/// retry never goes back to a host this request already tried: the
+/// fallback's round robin would otherwise pick a vanished host again.
+fn session_retry_policy() -> rpb::RetryPolicy {
+    use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
+    use rpb::retry_policy::retry_host_predicate::ConfigType;
+    rpb::RetryPolicy {
+        retry_on: "connect-failure".to_owned(),
+        num_retries: Some(pb::UInt32Value { value: 2 }),
+        retry_host_predicate: vec![rpb::retry_policy::RetryHostPredicate {
+            name: PREVIOUS_HOSTS.to_owned(),
+            config_type: Some(ConfigType::TypedConfig(pack(
+                &PreviousHostsPredicate::default(),
+            ))),
+        }],
+        host_selection_retry_max_attempts: 3,
+        ..Default::default()
+    }
+}
+
+/// Envoy's retry host predicate that skips hosts a request already tried.
+pub const PREVIOUS_HOSTS: &str = "envoy.retry_host_predicates.previous_hosts";
+
+/// Outlier detection for an Envoy session cluster with the plugin: a host
+/// that fails a connection is ejected (30 s, longer each time it fails
+/// again, at most 300 s), so new sessions stop paying the connect timeout for a backend
+/// that is gone until the control plane removes it. Sessions pinned to it
+/// still try it once (the override_host policy ignores ejection), then move.
+/// Only connection failures eject: answers, 5xx included, never do.
+fn connect_failure_ejection() -> cpb::OutlierDetection {
+    let n = |value| Some(pb::UInt32Value { value });
+    cpb::OutlierDetection {
+        split_external_local_origin_errors: true,
+        consecutive_local_origin_failure: n(1),
+        // Percentages: always eject on that, never on the other detectors.
+        enforcing_consecutive_local_origin_failure: n(100),
+        enforcing_consecutive_5xx: n(0),
+        enforcing_success_rate: n(0),
+        enforcing_local_origin_success_rate: n(0),
+        // At most half of a cluster: one host of two or three.
+        max_ejection_percent: n(50),
+        ..Default::default()
+    }
 }
 
 fn route_configuration(config: &Config, plugin: Option<&PluginWiring>) -> rpb::RouteConfiguration {
@@ -611,11 +680,7 @@ fn route(r: &RouteSpec, plugin: Option<&PluginWiring>) -> rpb::Route {
             };
             typed_per_filter_config.insert(name.to_owned(), pack(&on));
         }
-        retry_policy = Some(rpb::RetryPolicy {
-            retry_on: "connect-failure".to_owned(),
-            num_retries: Some(pb::UInt32Value { value: 2 }),
-            ..Default::default()
-        });
+        retry_policy = Some(session_retry_policy());
     } else if let (Strategy::Session, Some(s)) = (p.strategy, &p.session) {
         let state = CookieBasedSessionState {
             cookie: Some(cookie(&s.cookie.0)),

@@ -5,7 +5,8 @@ generated stubs are needed) and prints one JSON line per call: the backend
 that answered, its address, and the Set-Cookie of the response's initial
 metadata. The bootstrap comes from GRPC_XDS_BOOTSTRAP.
 
-usage: grpc_xds_client.py [--warm N] [--keys-header NAME] TARGET CALLS [COOKIE]
+usage: grpc_xds_client.py [--warm N] [--keys-header NAME] [--message TEXT] [--jar]
+                          [--keep-going] TARGET CALLS [COOKIE]
 
 --warm N first makes unprinted calls without a cookie until N distinct
 backends have answered (at most 200 calls or 20 s, else exit 2). Round
@@ -16,6 +17,17 @@ spread independent of connect timing.
 --keys-header NAME reads keys from standard input, one a line, and makes one
 call per key (CALLS is then ignored) with the metadata NAME: key; each JSON
 line carries its "key", so a hash policy's picks can be compared key by key.
+
+--message TEXT sends TEXT as every request's message (default "call N");
+the demo backends answer "sleep:MS" after MS milliseconds.
+
+--jar keeps cookies as a browser does: COOKIE (NAME=VALUE; ...) starts the
+jar, and every Set-Cookie of a response replaces the jar's cookie of that
+name, so a session that moves continues with its new cookie.
+
+--keep-going prints a failed call as a line {"call", "code", "message"} and
+goes on (exit 1 at the end) instead of stopping at the first failure; every
+line then has a "code" ("OK" for an answered call).
 """
 
 import json
@@ -88,20 +100,46 @@ def warm(echo, distinct):
         sys.exit(2)
 
 
+def cookie_pairs(text):
+    """NAME=VALUE pairs of a Cookie header, in order."""
+    pairs = []
+    for part in text.split(";"):
+        name, sep, value = part.strip().partition("=")
+        if sep and name:
+            pairs.append((name, value))
+    return pairs
+
+
 def main():
     args = sys.argv[1:]
     distinct = 0
     keys_header = None
+    message = None
+    jar = None
+    keep_going = False
     while args and args[0].startswith("--"):
         if args[0] == "--warm":
             distinct = int(args[1])
         elif args[0] == "--keys-header":
             keys_header = args[1]
+        elif args[0] == "--message":
+            message = args[1]
+        elif args[0] == "--jar":
+            jar = {}
+            args = args[1:]
+            continue
+        elif args[0] == "--keep-going":
+            keep_going = True
+            args = args[1:]
+            continue
         else:
             sys.exit("unknown option %s" % args[0])
         args = args[2:]
     target, calls = args[0], int(args[1])
     cookie = args[2] if len(args) > 2 else None
+    if jar is not None and cookie:
+        jar.update(cookie_pairs(cookie))
+    failed = False
     keys = [None] * calls
     if keys_header:
         keys = [line.rstrip("\n") for line in sys.stdin]
@@ -114,24 +152,42 @@ def main():
         if distinct:
             warm(echo, distinct)
         for i, key in enumerate(keys):
+            if jar is not None:
+                cookie = "; ".join("%s=%s" % kv for kv in jar.items()) or None
             metadata = [("cookie", cookie)] if cookie else []
             if key is not None:
                 metadata.append((keys_header, key))
-            reply, call = echo.with_call(
-                encode_request("call %d" % i),
-                metadata=metadata or None,
-                timeout=20,
-                wait_for_ready=True,
-            )
+            try:
+                reply, call = echo.with_call(
+                    encode_request(message if message is not None else "call %d" % i),
+                    metadata=metadata or None,
+                    timeout=20,
+                    wait_for_ready=True,
+                )
+            except grpc.RpcError as e:
+                if not keep_going:
+                    raise
+                failed = True
+                print(json.dumps({"call": i, "key": key, "code": e.code().name,
+                                  "message": e.details()}), flush=True)
+                continue
             set_cookie = [v for k, v in call.initial_metadata() if k == "set-cookie"]
+            if jar is not None:
+                for v in set_cookie:
+                    jar.update(cookie_pairs(v.split(";", 1)[0]))
             fields = decode_reply(reply)
-            print(json.dumps({
+            line = {
                 "call": i,
                 "key": key,
                 "backend": fields.get(2, ""),
                 "address": fields.get(3, ""),
                 "set_cookie": set_cookie,
-            }), flush=True)
+            }
+            if keep_going:
+                line["code"] = "OK"
+            print(json.dumps(line), flush=True)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

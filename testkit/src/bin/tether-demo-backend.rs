@@ -1,0 +1,134 @@
+//! `tether-demo-backend`: the demo's backend as a program, for containers.
+//!
+//! Answers HTTP/1.1 (and HTTP/2) requests and gRPC calls of
+//! `tether.demo.v1.Echo` on one port, each answer naming the backend and its
+//! address ([`tether_testkit::grpc::serve_dual`]). On SIGTERM or SIGINT it
+//! stops accepting, lets every call in flight finish (HTTP/2 GOAWAY), then
+//! keeps refusing connections for `--refuse-for` before it exits.
+//!
+//! Why the refusing: a client that sees GOAWAY reconnects at once. While
+//! the process lives, its port answers that attempt with a reset, so the
+//! client fails over within a round trip; once the container is gone, an
+//! attempt to its address waits for ARP to give up (seconds) or for the
+//! connect timeout.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use tether_testkit::grpc::serve_dual;
+
+/// A backend that says who it is, over HTTP/1.1 and gRPC on one port.
+#[derive(Debug, Parser)]
+#[command(name = "tether-demo-backend", version, about, long_about = None)]
+struct Args {
+    /// The name every answer carries (`x-backend`, the Echo reply's `backend`).
+    #[arg(long)]
+    name: String,
+    /// The address to listen on; answers name it, so give the container's own
+    /// address rather than 0.0.0.0.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// After SIGTERM, how long calls in flight may take to finish, in seconds.
+    #[arg(long, default_value_t = 8.0, value_parser = seconds)]
+    grace: f64,
+    /// After draining, how long to keep refusing connections before exiting,
+    /// in seconds (0: exit at once).
+    #[arg(long, default_value_t = 1.0, value_parser = seconds)]
+    refuse_for: f64,
+}
+
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.trim_end_matches('s').parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds between 0 and 3600"
+        )),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Info)
+        .parse_default_env()
+        .format_timestamp_millis()
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            log::error!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(args))
+}
+
+async fn run(args: Args) -> ExitCode {
+    use tokio::signal::unix::{signal, SignalKind};
+    // Handlers first: as a container's PID 1 the process would otherwise
+    // ignore SIGTERM and be killed 10 s later with its calls.
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        (Err(e), _) | (_, Err(e)) => {
+            log::error!("cannot handle SIGTERM/SIGINT: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            log::error!("--listen {}: cannot listen: {e}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    log::info!(
+        "{} serving HTTP/1.1 and gRPC (tether.demo.v1.Echo) on {}",
+        args.name,
+        args.listen
+    );
+    let shutdown = async {
+        let which = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        log::info!("{which}: closing the listener, draining the open connections");
+    };
+    let grace = Duration::from_secs_f64(args.grace);
+    let drained = match serve_dual(&args.name, listener, shutdown, grace).await {
+        Ok(d) => d,
+        Err(e) => {
+            log::error!("{}: {e}", args.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    if drained.in_time {
+        log::info!(
+            "drained {} connection(s) in {} ms",
+            drained.connections,
+            drained.took.as_millis()
+        );
+    } else {
+        log::warn!(
+            "{} connection(s) still open after the {} s grace period",
+            drained.connections,
+            args.grace
+        );
+    }
+    if args.refuse_for > 0.0 {
+        log::info!(
+            "refusing connections for {} s, then exiting",
+            args.refuse_for
+        );
+        tokio::time::sleep(Duration::from_secs_f64(args.refuse_for)).await;
+    }
+    ExitCode::SUCCESS
+}

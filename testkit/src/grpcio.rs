@@ -1,0 +1,267 @@
+//! gRPC C-core as a test peer: PyPI `grpcio` running the xDS client of
+//! `native/tests/peers/grpc_xds_client.py` against a bootstrap file, one
+//! process per batch of calls.
+//!
+//! The client calls `tether.demo.v1.Echo/Echo` on an `xds:///` target and
+//! prints one JSON line per call (the backend that answered and the
+//! `set-cookie` of the response's initial metadata), read here as [`Call`]s.
+//!
+//! A Python with grpcio is found by [`find_python`] (`$TETHER_PYTHON`,
+//! `python3`, then the kit's virtual environment) or made by
+//! [`python_or_install`], which installs grpcio [`VERSION`] into that
+//! virtual environment once.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+
+/// The grpcio release [`python_or_install`] installs.
+pub const VERSION: &str = "1.85.1";
+
+/// The longest a batch of calls may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The C-core xDS client script.
+pub fn client_script() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .unwrap_or(manifest)
+        .join("native/tests/peers/grpc_xds_client.py")
+}
+
+/// The kit's virtual environment under the workspace's target directory
+/// (`target/tmp/py-grpcio`), unless `venv` names another.
+fn venv_dir(venv: Option<&Path>) -> PathBuf {
+    match venv {
+        Some(v) => v.to_path_buf(),
+        None => {
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+            manifest
+                .parent()
+                .unwrap_or(manifest)
+                .join("target/tmp/py-grpcio")
+        }
+    }
+}
+
+async fn imports_grpc(py: &Path) -> bool {
+    crate::command(py)
+        .args(["-c", "import grpc"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .await
+        .is_ok_and(|s| s.success())
+}
+
+/// A Python that imports grpc: `$TETHER_PYTHON`, `python3`, or the
+/// virtual environment `venv` (default `target/tmp/py-grpcio`, where
+/// [`python_or_install`] puts it). `None` when there is none.
+pub async fn find_python(venv: Option<&Path>) -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Some(p) = std::env::var_os("TETHER_PYTHON") {
+        candidates.push(p.into());
+    }
+    candidates.push("python3".into());
+    candidates.push(venv_dir(venv).join("bin/python"));
+    for py in candidates {
+        if imports_grpc(&py).await {
+            return Some(py);
+        }
+    }
+    None
+}
+
+/// [`find_python`], or else a virtual environment made at `venv` (default
+/// `target/tmp/py-grpcio`) with grpcio [`VERSION`] installed by pip (three
+/// attempts, so one network hiccup does not fail a suite). Calls in one
+/// process wait for each other; the environment is reused afterwards.
+pub async fn python_or_install(venv: Option<&Path>) -> Result<PathBuf, String> {
+    static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _creating = CREATING.lock().await;
+    if let Some(py) = find_python(venv).await {
+        return Ok(py);
+    }
+    let venv = venv_dir(venv);
+    let py = venv.join("bin/python");
+    let made = crate::command("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|e| format!("python3 -m venv: {e}"))?;
+    if !made.status.success() {
+        return Err(format!(
+            "python3 -m venv {} failed: {}",
+            venv.display(),
+            String::from_utf8_lossy(&made.stderr).trim()
+        ));
+    }
+    let mut failures = Vec::new();
+    for attempt in 1..=3 {
+        let out = tokio::time::timeout(
+            Duration::from_secs(300),
+            crate::command(&py)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .arg(format!("grpcio=={VERSION}"))
+                .stdin(Stdio::null())
+                .output(),
+        )
+        .await;
+        match out {
+            Ok(Ok(out)) if out.status.success() => return Ok(py),
+            Ok(Ok(out)) => failures.push(String::from_utf8_lossy(&out.stderr).into_owned()),
+            Ok(Err(e)) => failures.push(format!("cannot run pip: {e}")),
+            Err(_) => failures.push("pip did not finish within 5 minutes".to_owned()),
+        }
+        tokio::time::sleep(Duration::from_secs(5 * attempt)).await;
+    }
+    Err(format!("pip install grpcio failed 3 times: {failures:#?}"))
+}
+
+/// One call the C-core client made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// The key sent (calls made with [`Client::keys`]).
+    pub key: Option<String>,
+    /// The backend that answered (the Echo reply's `backend`).
+    pub backend: String,
+    /// Its address (the Echo reply's `address`).
+    pub address: String,
+    /// Every `set-cookie` of the response's initial metadata.
+    pub set_cookie: Vec<String>,
+}
+
+/// The C-core client with a Python and a bootstrap file.
+#[derive(Debug, Clone)]
+pub struct Client {
+    python: PathBuf,
+    bootstrap: PathBuf,
+}
+
+impl Client {
+    /// A client run by `python` (with grpcio) reading the xDS bootstrap at
+    /// `bootstrap`.
+    pub fn new(python: impl Into<PathBuf>, bootstrap: impl Into<PathBuf>) -> Client {
+        Client {
+            python: python.into(),
+            bootstrap: bootstrap.into(),
+        }
+    }
+
+    /// The Python it runs.
+    pub fn python(&self) -> &Path {
+        &self.python
+    }
+
+    /// `calls` calls to `target`, each with the `cookie` metadata when given.
+    pub async fn calls(
+        &self,
+        target: &str,
+        calls: usize,
+        cookie: Option<&str>,
+    ) -> Result<Vec<Call>, String> {
+        self.calls_warmed(target, 0, calls, cookie).await
+    }
+
+    /// As [`Client::calls`], after unprinted calls without a cookie until
+    /// `warm` distinct backends have answered: C-core's round robin only
+    /// picks connected subchannels, so a spread is only meaningful once all
+    /// have connected.
+    pub async fn calls_warmed(
+        &self,
+        target: &str,
+        warm: usize,
+        calls: usize,
+        cookie: Option<&str>,
+    ) -> Result<Vec<Call>, String> {
+        let mut args = Vec::new();
+        if warm > 0 {
+            args.extend(["--warm".to_owned(), warm.to_string()]);
+        }
+        args.extend([target.to_owned(), calls.to_string()]);
+        args.extend(cookie.map(str::to_owned));
+        self.run(&args, None).await
+    }
+
+    /// One call to `target` per key, each with the metadata `header: key`.
+    pub async fn keys(
+        &self,
+        target: &str,
+        header: &str,
+        keys: &[String],
+    ) -> Result<Vec<Call>, String> {
+        let args = [
+            "--keys-header".to_owned(),
+            header.to_owned(),
+            target.to_owned(),
+            "0".to_owned(),
+        ];
+        let mut stdin = keys.join("\n");
+        stdin.push('\n');
+        self.run(&args, Some(&stdin)).await
+    }
+
+    /// Runs the client with `args` (its usage is in the script) and `stdin`;
+    /// one [`Call`] per line it printed.
+    pub async fn run(&self, args: &[String], stdin: Option<&str>) -> Result<Vec<Call>, String> {
+        let mut child = crate::command(&self.python)
+            .arg(client_script())
+            .args(args)
+            .env("GRPC_XDS_BOOTSTRAP", &self.bootstrap)
+            .env_remove("GRPC_XDS_BOOTSTRAP_CONFIG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("run {}: {e}", self.python.display()))?;
+        if let Some(mut pipe) = child.stdin.take() {
+            pipe.write_all(stdin.unwrap_or_default().as_bytes())
+                .await
+                .map_err(|e| format!("the C-core client's stdin: {e}"))?;
+        }
+        let out = tokio::time::timeout(RUN_TIMEOUT, child.wait_with_output())
+            .await
+            .map_err(|_| format!("the C-core client did not finish within {RUN_TIMEOUT:?}"))?
+            .map_err(|e| format!("the C-core client: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "the C-core client failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(parse_call)
+            .collect()
+    }
+}
+
+fn parse_call(line: &str) -> Result<Call, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("C-core client output {line:?}: {e}"))?;
+    let text = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+    Ok(Call {
+        key: v["key"].as_str().map(str::to_owned),
+        backend: text("backend"),
+        address: text("address"),
+        set_cookie: v["set_cookie"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_owned))
+            .collect(),
+    })
+}
