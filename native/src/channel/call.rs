@@ -31,7 +31,7 @@ fn session_id(extensions: &http::Extensions, session: &SessionCall) -> Option<u6
     if let Some(id) = extensions.get::<SessionId>() {
         return Some(id.0);
     }
-    let addresses = session.lookup.addresses()?;
+    let addresses = session.lookup().addresses()?;
     let mut h = std::hash::DefaultHasher::new();
     std::hash::Hash::hash(addresses.as_slice(), &mut h);
     // The top bit keeps digests apart from jar ids (small counters).
@@ -214,7 +214,7 @@ fn set_cookie(
         connect_failed: false,
     };
     let now = super::config_selector::epoch_seconds();
-    if let Some(Emit::SetCookie(value)) = s.session.respond(&s.lookup, &served, now) {
+    if let Some(Emit::SetCookie(value)) = s.session.respond(s.lookup(), &served, now) {
         match HeaderValue::from_str(&value) {
             Ok(v) => {
                 headers.append(http::header::SET_COOKIE, v);

@@ -7,7 +7,8 @@
 //! cookie names, and the cluster that cookie names when the route lists it.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -57,17 +58,104 @@ pub struct CallConfig {
 pub struct SessionCall {
     /// The session configuration in effect for the call's route and cluster.
     pub session: Arc<Session>,
-    /// What the call's cookie says.
-    pub lookup: Lookup,
+    /// What the call's cookie says, shared with the session's other calls.
+    pub decoded: Arc<Decoded>,
 }
 
 impl SessionCall {
+    /// What the call's cookie says.
+    pub fn lookup(&self) -> &Lookup {
+        &self.decoded.lookup
+    }
+
     /// The call attribute for `xds_override_host`: the cookie's addresses,
     /// none (empty) without a session.
     pub fn override_addresses(&self) -> Arc<[SocketAddr]> {
-        self.lookup
+        self.decoded.addresses.clone()
+    }
+}
+
+/// A session cookie's lookup with the address list the override policy
+/// takes, made once and shared by every call that sends the same cookie.
+#[derive(Debug)]
+pub struct Decoded {
+    /// The session decision for the cookie.
+    pub lookup: Lookup,
+    /// The cookie's addresses (empty without a session).
+    pub addresses: Arc<[SocketAddr]>,
+}
+
+impl Decoded {
+    fn new(lookup: Lookup) -> Self {
+        let addresses = lookup
             .addresses()
-            .map_or_else(|| Arc::from([]), |a| Arc::from(a.as_slice()))
+            .map_or_else(|| Arc::from([]), |a| Arc::from(a.as_slice()));
+        Decoded { lookup, addresses }
+    }
+}
+
+/// Shards of the lookup memo: calls of different sessions rarely share a lock.
+const MEMO_SHARDS: usize = 16;
+/// Cookies remembered per shard; a full shard starts over.
+const MEMO_PER_SHARD: usize = 256;
+
+/// The cookies this selector decoded recently, so that a session's calls
+/// decode its cookie once instead of on every call (base64, the payload,
+/// addresses, a MAC): keyed by the session configuration and the bytes of
+/// the call's one `cookie` header. Only cookies that pin are kept, and only
+/// until they expire; a cookie path, which makes the request path matter,
+/// or several `cookie` headers bypass it.
+#[derive(Debug, Default)]
+struct LookupMemo {
+    shards: [Mutex<MemoShard>; MEMO_SHARDS],
+    hasher: foldhash::fast::RandomState,
+}
+
+type MemoShard = HashMap<u64, MemoEntry, foldhash::fast::RandomState>;
+
+#[derive(Debug)]
+struct MemoEntry {
+    session: usize,
+    cookie: Box<[u8]>,
+    /// The cookie's expiry (epoch seconds): usable while now is not past it.
+    until: u64,
+    decoded: Arc<Decoded>,
+}
+
+impl LookupMemo {
+    fn key(&self, session: usize, cookie: &[u8]) -> (u64, usize) {
+        let hash = self.hasher.hash_one((session, cookie));
+        (hash, (hash as usize) % MEMO_SHARDS)
+    }
+
+    fn get(&self, session: usize, cookie: &[u8], now: u64) -> Option<Arc<Decoded>> {
+        let (hash, shard) = self.key(session, cookie);
+        let shard = self.shards[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        shard
+            .get(&hash)
+            .filter(|e| e.session == session && *e.cookie == *cookie && now <= e.until)
+            .map(|e| e.decoded.clone())
+    }
+
+    fn put(&self, session: usize, cookie: &[u8], until: u64, decoded: Arc<Decoded>) {
+        let (hash, shard) = self.key(session, cookie);
+        let mut shard = self.shards[shard]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if shard.len() >= MEMO_PER_SHARD {
+            shard.clear();
+        }
+        shard.insert(
+            hash,
+            MemoEntry {
+                session,
+                cookie: cookie.into(),
+                until,
+                decoded,
+            },
+        );
     }
 }
 
@@ -91,6 +179,8 @@ pub struct ConfigSelector {
     /// The listener's `max_stream_duration`, for routes without their own.
     default_timeout: Option<Duration>,
     clusters: HashMap<String, Arc<ClusterRef>>,
+    /// Session cookies decoded by earlier calls.
+    memo: LookupMemo,
 }
 
 impl ConfigSelector {
@@ -118,7 +208,39 @@ impl ConfigSelector {
             virtual_host,
             default_timeout,
             clusters,
+            memo: LookupMemo::default(),
         }
+    }
+
+    /// What the call's cookie says under `session`, from the memo when an
+    /// earlier call sent the same cookie.
+    fn lookup(&self, session: &Arc<Session>, path: &str, headers: &HeaderMap) -> Arc<Decoded> {
+        let now = epoch_seconds();
+        let mut values = headers.get_all(http::header::COOKIE).iter();
+        let one = match (values.next(), values.next()) {
+            (Some(v), None) if !session.reads_path() => Some(v.as_bytes()),
+            _ => None,
+        };
+        let id = Arc::as_ptr(session) as usize;
+        if let Some(decoded) = one.and_then(|c| self.memo.get(id, c, now)) {
+            return decoded;
+        }
+        let cookies: Vec<&str> = headers
+            .get_all(http::header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        let request = SessionRequest {
+            path,
+            cookies: &cookies,
+            header: None,
+        };
+        let decoded = Arc::new(Decoded::new(session.lookup(&request, now)));
+        if let (Some(cookie), Lookup::Pinned(pin)) = (one, &decoded.lookup) {
+            let until = pin.cookie.expires.unwrap_or(u64::MAX);
+            self.memo.put(id, cookie, until, decoded.clone());
+        }
+        decoded
     }
 
     /// The virtual host in use.
@@ -149,21 +271,12 @@ impl ConfigSelector {
             ));
         };
         let sessions = &self.sessions[index];
-        let lookup = sessions.route.as_ref().map(|s| {
-            let cookies: Vec<&str> = headers
-                .get_all("cookie")
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .collect();
-            let request = SessionRequest {
-                path,
-                cookies: &cookies,
-                header: None,
-            };
-            s.lookup(&request, epoch_seconds())
-        });
+        let lookup = sessions
+            .route
+            .as_ref()
+            .map(|s| self.lookup(s, path, headers));
         // A60: the cluster a session names, when the route lists it.
-        let named = lookup.as_ref().and_then(Lookup::cluster);
+        let named = lookup.as_ref().and_then(|d| d.lookup.cluster());
         let (name, entry) = match &action.clusters {
             ClusterSpecifier::Cluster(name) => (name, None),
             ClusterSpecifier::Weighted(entries) => {
@@ -179,8 +292,8 @@ impl ConfigSelector {
         };
         let session = session
             .zip(lookup)
-            .filter(|(_, l)| *l != Lookup::Bypass)
-            .map(|(session, lookup)| SessionCall { session, lookup });
+            .filter(|(_, d)| d.lookup != Lookup::Bypass)
+            .map(|(session, decoded)| SessionCall { session, decoded });
         let cluster = self.clusters.get(name).cloned().ok_or_else(|| {
             Status::internal(format!(
                 "route {index} names cluster {name:?}, which has no handle"
@@ -317,11 +430,11 @@ fn weighted_choice(entries: &[ClusterWeight]) -> usize {
     entries.len() - 1
 }
 
-/// Seconds since the Unix epoch (cookie expiry).
+/// Seconds since the Unix epoch (cookie expiry), from the coarse clock:
+/// cookie expiries are whole seconds, and the precise clock costs about as
+/// much as the rest of a pinned call's session work.
 pub(crate) fn epoch_seconds() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    coarsetime::Clock::now_since_epoch().as_secs()
 }
 
 /// How the channel writes session cookies (it reads every format).
@@ -722,6 +835,70 @@ mod tests {
         assert!(again.hash_cookies.is_empty());
         // A route without policies computes nothing.
         assert_eq!(hash(&selector_with(vec![]), &[("x-a", "foo")]), None);
+    }
+
+    fn session(path: &str) -> Arc<Session> {
+        let spec = CookieSpec::new("s", path, Duration::from_secs(60), vec![]).unwrap();
+        Arc::new(Session::new(SessionConfig::cookie(spec)).unwrap())
+    }
+
+    fn cookie_headers(values: &[&str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for v in values {
+            headers.append(http::header::COOKIE, v.parse().unwrap());
+        }
+        headers
+    }
+
+    #[test]
+    fn a_sessions_calls_share_one_decoded_cookie() {
+        let sel = selector_with(vec![]);
+        let s = session("/");
+        let pinned = cookie_headers(&["a=1; s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE="]);
+        let first = sel.lookup(&s, "/svc/M", &pinned);
+        assert!(matches!(first.lookup, Lookup::Pinned(_)), "{first:?}");
+        assert_eq!(first.addresses[..], ["127.0.0.1:443".parse().unwrap()]);
+        let again = sel.lookup(&s, "/svc/Other", &pinned);
+        assert!(Arc::ptr_eq(&first, &again), "decoded once");
+        // Another session configuration decodes for itself.
+        let other = session("/");
+        assert!(!Arc::ptr_eq(&first, &sel.lookup(&other, "/svc/M", &pinned)));
+        // Another cookie, or the same one in two headers: decoded anew.
+        let moved = cookie_headers(&["s=MTI3LjAuMC4xOjQ0NDtjbHVzdGVyXzE="]);
+        let d = sel.lookup(&s, "/svc/M", &moved);
+        assert_eq!(d.addresses[..], ["127.0.0.1:444".parse().unwrap()]);
+        let split = cookie_headers(&["a=1", "s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE="]);
+        let d = sel.lookup(&s, "/svc/M", &split);
+        assert!(!Arc::ptr_eq(&first, &d));
+        assert_eq!(d.lookup, first.lookup);
+        // Misses are not kept: garbage is decoded (and refused) each time.
+        let garbage = cookie_headers(&["s=!!"]);
+        let d = sel.lookup(&s, "/svc/M", &garbage);
+        assert!(matches!(d.lookup, Lookup::Miss(_)));
+        assert!(!Arc::ptr_eq(&d, &sel.lookup(&s, "/svc/M", &garbage)));
+    }
+
+    #[test]
+    fn a_cookie_path_or_an_expiry_bypasses_the_memo() {
+        let sel = selector_with(vec![]);
+        // With a cookie path the request path decides: never from the memo.
+        let gated = session("/svc");
+        let pinned = cookie_headers(&["s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE="]);
+        let inside = sel.lookup(&gated, "/svc/M", &pinned);
+        assert!(matches!(inside.lookup, Lookup::Pinned(_)));
+        assert_eq!(
+            sel.lookup(&gated, "/other/M", &pinned).lookup,
+            Lookup::Bypass
+        );
+        // An expired cookie kept in the memo is not served from it.
+        let s = session("/");
+        let expired = Arc::new(Decoded::new(sel.lookup(&s, "/", &pinned).lookup.clone()));
+        let id = Arc::as_ptr(&s) as usize;
+        let bytes = pinned.get(http::header::COOKIE).unwrap().as_bytes();
+        sel.memo
+            .put(id, bytes, epoch_seconds() - 10, expired.clone());
+        assert!(sel.memo.get(id, bytes, epoch_seconds()).is_none());
+        assert!(!Arc::ptr_eq(&expired, &sel.lookup(&s, "/", &pinned)));
     }
 
     #[test]

@@ -16,21 +16,22 @@ pin_project! {
         #[pin]
         inner: F,
         jar: CookieJar,
-        // The request's path: the default path of cookies set without one.
-        path: String,
+        // The request's URI: its path is the default path of cookies set
+        // without one.
+        uri: http::Uri,
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, jar: CookieJar, path: String) -> Self {
-        ResponseFuture { inner, jar, path }
+    pub(crate) fn new(inner: F, jar: CookieJar, uri: http::Uri) -> Self {
+        ResponseFuture { inner, jar, uri }
     }
 }
 
 impl<F> fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("path", &self.path)
+            .field("path", &self.uri.path())
             .finish_non_exhaustive()
     }
 }
@@ -47,7 +48,7 @@ where
         // A trailers-only gRPC response (an error without a body) carries
         // its metadata as these headers too, so errors store cookies alike.
         if let Ok(response) = &result {
-            this.jar.store_response(response.headers(), this.path);
+            this.jar.store_response(response.headers(), this.uri.path());
         }
         Poll::Ready(result)
     }

@@ -44,7 +44,7 @@ use std::task::{Context, Poll};
 
 use cookie::time::OffsetDateTime;
 use cookie::{Cookie, ParseError};
-use http::header::{HeaderMap, HeaderValue, COOKIE, SET_COOKIE};
+use http::header::{Entry, HeaderMap, HeaderValue, COOKIE, SET_COOKIE};
 use tether_core::http::cookie_header;
 use tether_core::http::path::path_matches;
 use tower_layer::Layer;
@@ -96,14 +96,38 @@ struct Stored {
 struct Store {
     cookies: Vec<Stored>,
     next_created: u64,
+    /// The `cookie` header of a request without cookies of its own, kept
+    /// while no cookie changes when every cookie's path is `/` (so every
+    /// request path gets the same one): a session's calls then send it
+    /// without rebuilding it.
+    header: Option<CachedHeader>,
+}
+
+struct CachedHeader {
+    value: HeaderValue,
+    /// The first expiry among the cookies (Unix nanoseconds): the header is
+    /// stale from then.
+    until: Option<i128>,
+}
+
+/// Now in Unix nanoseconds from the coarse clock (a few milliseconds
+/// behind at most), for the cached header: cookies expire in whole seconds
+/// of `Max-Age`, and the precise clock costs more than the rest of the
+/// cached path.
+fn coarse_now() -> i128 {
+    coarsetime::Clock::now_since_epoch().as_nanos() as i128
 }
 
 impl Store {
     /// The unexpired cookies that `keep` accepts, in sending order; drops
     /// the expired ones on the way.
     fn ordered(&mut self, now: OffsetDateTime, keep: impl Fn(&Stored) -> bool) -> Vec<&Stored> {
+        let before = self.cookies.len();
         self.cookies
             .retain(|c| c.expires.is_none_or(|expires| expires > now));
+        if self.cookies.len() != before {
+            self.header = None;
+        }
         let mut out: Vec<&Stored> = self.cookies.iter().filter(|c| keep(c)).collect();
         out.sort_by(|a, b| {
             b.path
@@ -112,6 +136,46 @@ impl Store {
                 .then(a.created.cmp(&b.created))
         });
         out
+    }
+
+    /// The `name=value` pairs for `request_path`, except those named in `skip`.
+    fn pairs_for(
+        &mut self,
+        request_path: &str,
+        now: OffsetDateTime,
+        skip: &HashSet<&str>,
+    ) -> Vec<String> {
+        self.ordered(now, |c| {
+            path_matches(&c.path, request_path) && !skip.contains(c.cookie.name())
+        })
+        .into_iter()
+        .map(|c| format!("{}={}", c.cookie.name(), c.cookie.value()))
+        .collect()
+    }
+
+    /// The cached `cookie` header, unless a cookie in it has expired by
+    /// `now` (Unix nanoseconds).
+    fn cached_header(&self, now: i128) -> Option<HeaderValue> {
+        self.header
+            .as_ref()
+            .filter(|c| c.until.is_none_or(|until| until > now))
+            .map(|c| c.value.clone())
+    }
+
+    /// Keeps `value`, the header of a request without cookies of its own,
+    /// when no cookie's path can make another request path's differ.
+    fn cache_header(&mut self, value: &HeaderValue) {
+        if self.cookies.iter().all(|c| c.path == "/") {
+            self.header = Some(CachedHeader {
+                value: value.clone(),
+                until: self
+                    .cookies
+                    .iter()
+                    .filter_map(|c| c.expires)
+                    .min()
+                    .map(OffsetDateTime::unix_timestamp_nanos),
+            });
+        }
     }
 }
 
@@ -249,6 +313,7 @@ impl CookieJar {
         };
         let expiry = expiry(&cookie, now);
         let mut store = self.lock();
+        store.header = None;
         let old = store
             .cookies
             .iter()
@@ -297,14 +362,7 @@ impl CookieJar {
         now: OffsetDateTime,
         skip: &HashSet<&str>,
     ) -> Vec<String> {
-        let mut store = self.lock();
-        store
-            .ordered(now, |c| {
-                path_matches(&c.path, request_path) && !skip.contains(c.cookie.name())
-            })
-            .into_iter()
-            .map(|c| format!("{}={}", c.cookie.name(), c.cookie.value()))
-            .collect()
+        self.lock().pairs_for(request_path, now, skip)
     }
 
     /// Every unexpired cookie as `(name, value)`, in sending order (longer
@@ -330,13 +388,36 @@ impl CookieJar {
 
     /// Forgets every cookie.
     pub fn clear(&self) {
-        self.lock().cookies.clear();
+        let mut store = self.lock();
+        store.cookies.clear();
+        store.header = None;
     }
 
     /// Adds the jar's cookies for `path` to a request's `cookie` header:
     /// cookies the request already carries stay first and win over the
     /// jar's of the same name.
     fn apply_to_request(&self, headers: &mut HeaderMap, path: &str) {
+        if let Entry::Vacant(slot) = headers.entry(COOKIE) {
+            // The common case: the jar's cookies alone, often the header
+            // the previous call sent.
+            let mut store = self.lock();
+            if let Some(value) = store.cached_header(coarse_now()) {
+                slot.insert(value);
+                return;
+            }
+            let pairs = store.pairs_for(path, OffsetDateTime::now_utc(), &HashSet::new());
+            if pairs.is_empty() {
+                return;
+            }
+            match HeaderValue::from_str(&pairs.join("; ")) {
+                Ok(value) => {
+                    store.cache_header(&value);
+                    slot.insert(value);
+                }
+                Err(e) => log::debug!("cookie jar: cookie header for {path}: {e}"),
+            }
+            return;
+        }
         let existing: Vec<HeaderValue> = headers.get_all(COOKIE).iter().cloned().collect();
         let texts: Vec<String> = existing
             .iter()
@@ -460,10 +541,11 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        let path = request.uri().path().to_owned();
-        self.jar.apply_to_request(request.headers_mut(), &path);
+        // The URI's parts are shared buffers: a clone copies no path.
+        let uri = request.uri().clone();
+        self.jar.apply_to_request(request.headers_mut(), uri.path());
         request.extensions_mut().insert(self.jar.id);
-        ResponseFuture::new(self.inner.call(request), self.jar.clone(), path)
+        ResponseFuture::new(self.inner.call(request), self.jar.clone(), uri)
     }
 }
 
@@ -505,6 +587,54 @@ mod tests {
         jar.insert_raw_at("t=gone; Max-Age=-5; Path=/", "/svc/M", t0())
             .unwrap();
         assert_eq!(header(&jar, "/svc/M"), None);
+    }
+
+    /// What the layer puts in a request for `path` that has no cookie.
+    fn applied(jar: &CookieJar, path: &str) -> Option<String> {
+        let mut headers = HeaderMap::new();
+        jar.apply_to_request(&mut headers, path);
+        headers.get(COOKIE).map(|v| v.to_str().unwrap().to_owned())
+    }
+
+    #[test]
+    fn the_header_kept_between_calls_follows_every_change() {
+        let jar = CookieJar::new();
+        jar.insert_raw("s=1; Path=/", "/svc/M").unwrap();
+        assert_eq!(applied(&jar, "/svc/M").as_deref(), Some("s=1"));
+        assert!(jar.lock().header.is_some(), "kept for the next call");
+        assert_eq!(applied(&jar, "/other/N").as_deref(), Some("s=1"));
+        // A replaced value, a new cookie, a deletion: each is sent at once.
+        jar.insert_raw("s=2; Path=/", "/svc/M").unwrap();
+        assert_eq!(applied(&jar, "/svc/M").as_deref(), Some("s=2"));
+        jar.insert_raw("t=x; Path=/", "/svc/M").unwrap();
+        assert_eq!(applied(&jar, "/svc/M").as_deref(), Some("s=2; t=x"));
+        jar.insert_raw("t=; Max-Age=0; Path=/", "/svc/M").unwrap();
+        assert_eq!(applied(&jar, "/svc/M").as_deref(), Some("s=2"));
+        // A cookie of one path only: nothing is kept, each path gets its own.
+        jar.insert_raw("p=1; Path=/svc", "/svc/M").unwrap();
+        assert_eq!(applied(&jar, "/svc/M").as_deref(), Some("p=1; s=2"));
+        assert!(jar.lock().header.is_none());
+        assert_eq!(applied(&jar, "/other/N").as_deref(), Some("s=2"));
+        jar.clear();
+        assert_eq!(applied(&jar, "/svc/M"), None);
+    }
+
+    #[test]
+    fn the_header_kept_between_calls_expires_with_its_first_cookie() {
+        let jar = CookieJar::new();
+        jar.insert_raw("s=1; Path=/; Max-Age=1", "/").unwrap();
+        jar.insert_raw("t=2; Path=/", "/").unwrap();
+        assert_eq!(applied(&jar, "/svc/M").as_deref(), Some("s=1; t=2"));
+        let kept = jar.lock().header.as_ref().and_then(|c| c.until);
+        assert!(kept.is_some(), "the header is stale when s expires");
+        // Past the expiry the cached header is not used: s is dropped.
+        let later = OffsetDateTime::now_utc() + Duration::seconds(2);
+        assert_eq!(jar.lock().cached_header(later.unix_timestamp_nanos()), None);
+        assert_eq!(header_at(&jar, "/svc/M", later).as_deref(), Some("t=2"));
+    }
+
+    fn header_at(jar: &CookieJar, path: &str, now: OffsetDateTime) -> Option<String> {
+        jar.cookie_header_at(path, now)
     }
 
     #[test]
