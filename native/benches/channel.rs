@@ -7,11 +7,12 @@
 //!    alive. Goals ≤ 50 ms, ≤ 50 MB.
 //! 2. Picks (divan): through the picker chain the real policies build for
 //!    round robin over three READY subchannels, and a bare round_robin
-//!    picker. Goal ≤ 100 ns.
+//!    picker; the same for least_request (gRFC A48). Goal ≤ 100 ns.
 //! 3. Unary Echo calls to in-process tonic servers at concurrency 1 and 64:
 //!    plain tonic, tonic `balance_list`, `tether::Channel` static and over
 //!    xDS (tether-control's library in-process). Goals: tether ≥ 0.95 ×
-//!    plain tonic's calls/s, p99 within 10%.
+//!    plain tonic's calls/s, p99 within 10%; least_request ≥ 0.95 × round
+//!    robin's calls/s.
 //!
 //! Everything is on 127.0.0.1. Every loop is bounded by a count or a deadline.
 
@@ -25,6 +26,7 @@ use std::time::{Duration, Instant};
 use divan::{black_box, Bencher};
 use tether::channel::{EndpointPolicy, StaticConfig, StaticEndpoint};
 use tether::lb::cluster_manager::{self, ClusterManager};
+use tether::lb::least_request::{LeastRequestPicker, Outstanding, ReadyEndpoint};
 use tether::lb::round_robin::RoundRobinPicker;
 use tether::lb::{
     CallAttributes, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, PickArgs, PickResult,
@@ -112,7 +114,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "options: --quick | --duration SECS | --warmup SECS | --rounds N | \
---eds-rounds N | --only eds,picker,throughput | --kinds plain,balance,one,static,session,sessions,xds";
+--eds-rounds N | --only eds,picker,throughput | --kinds plain,balance,one,static,session,sessions,xds,least_request";
 
 struct Args {
     quick: bool,
@@ -269,6 +271,16 @@ fn refused_ports(n: usize) -> Result<Vec<u16>, String> {
 /// `zone-(port % localities)` so an endpoint keeps its locality across
 /// updates; the same `cds` config the resolver makes from CDS + EDS.
 fn cds_config(name: &str, ports: &[u16], localities: u16) -> Result<LbConfig, String> {
+    cds_config_with(name, ports, localities, EndpointPolicy::RoundRobin)
+}
+
+/// As [`cds_config`], with `policy` in each locality.
+fn cds_config_with(
+    name: &str,
+    ports: &[u16],
+    localities: u16,
+    policy: EndpointPolicy,
+) -> Result<LbConfig, String> {
     let config = StaticConfig {
         cluster: name.to_owned(),
         endpoints: ports
@@ -279,7 +291,7 @@ fn cds_config(name: &str, ports: &[u16], localities: u16) -> Result<LbConfig, St
                 e
             })
             .collect(),
-        policy: EndpointPolicy::RoundRobin,
+        policy,
         session: None,
     }
     .channel_config()?;
@@ -474,6 +486,10 @@ struct PickerFixture {
     chain: SharedPicker,
     /// A round_robin picker over the same three subchannels.
     bare: SharedPicker,
+    /// The same tree with least_request (2 draws) in place of round_robin.
+    least_request_chain: SharedPicker,
+    /// A least_request picker over the same three subchannels.
+    least_request_bare: SharedPicker,
     cluster: Arc<str>,
     headers: http::HeaderMap,
     /// A session's call attributes: its cookie names the first backend.
@@ -618,6 +634,8 @@ fn pick_ring_hash_1000_hosts_with_header_hash(bencher: Bencher) {
 struct PickFigures {
     chain_ns: f64,
     bare_ns: f64,
+    least_request_chain_ns: f64,
+    least_request_bare_ns: f64,
     override_ns: f64,
     ring_ns: f64,
 }
@@ -630,13 +648,22 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
     // One locality: weighted_target then has one child, as for the
     // channel's static and tether-control configurations below.
     let config = cds_config("picker-bench", &ports, 1)?;
+    // The same cluster with least_request: a second tree on the same pool.
+    let least_request_config = cds_config_with(
+        "picker-bench",
+        &ports,
+        1,
+        EndpointPolicy::LeastRequest { choice_count: 2 },
+    )?;
     rt.block_on(async {
         let mut p = CountingPool::new(SubchannelOptions::default());
         let mut next_timer = 0;
         let mut root = ClusterManager::new();
+        let mut least_request_root = ClusterManager::new();
         {
             let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "picker-bench");
             root.update(&mut ctx, config);
+            least_request_root.update(&mut ctx, least_request_config);
         }
         let deadline = tokio::time::Instant::now() + WAIT;
         let mut ready = HashSet::new();
@@ -650,13 +677,31 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
             }
             let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "picker-bench");
             root.event(&mut ctx, &e);
+            least_request_root.event(&mut ctx, &e);
         }
         if root.state() != ConnectivityState::Ready {
             return Err(format!("the tree is {}, not READY", root.state()));
         }
+        if least_request_root.state() != ConnectivityState::Ready {
+            return Err(format!(
+                "the least_request tree is {}, not READY",
+                least_request_root.state()
+            ));
+        }
         let subchannels = p.pool.subchannels();
         let fixture = PickerFixture {
             chain: root.picker(),
+            least_request_chain: least_request_root.picker(),
+            least_request_bare: Arc::new(LeastRequestPicker::new(
+                subchannels
+                    .iter()
+                    .map(|sc| ReadyEndpoint {
+                        subchannel: sc.clone(),
+                        outstanding: Arc::new(Outstanding::new()),
+                    })
+                    .collect(),
+                2,
+            )),
             bare: Arc::new(RoundRobinPicker::new(subchannels)),
             cluster: "picker-bench".into(),
             headers: http::HeaderMap::new(),
@@ -676,6 +721,19 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
         }
         if seen.len() != 3 || seen.values().any(|n| *n != 100) {
             return Err(format!("300 picks went {seen:?}, not 100 to each of 3"));
+        }
+        // least_request's calls end at once here: equal counters, random
+        // draws, every backend reached.
+        let mut seen = BTreeMap::new();
+        for _ in 0..300 {
+            *seen
+                .entry(pick_once(&*fixture.least_request_chain, &fixture).address())
+                .or_insert(0) += 1;
+        }
+        if seen.len() != 3 || seen.values().any(|n| *n < 50) {
+            return Err(format!(
+                "300 least_request picks went {seen:?}, not about 100 to each of 3"
+            ));
         }
         // A session's picks all go to its backend.
         for _ in 0..30 {
@@ -732,6 +790,18 @@ fn pick_round_robin(bencher: Bencher) {
     bencher.bench_local(|| pick_once(&*f.bare, f).id());
 }
 
+#[divan::bench]
+fn pick_xds_chain_least_request(bencher: Bencher) {
+    let f = PICKER.get().expect("picker fixture");
+    bencher.bench_local(|| pick_once(&*f.least_request_chain, f).id());
+}
+
+#[divan::bench]
+fn pick_least_request(bencher: Bencher) {
+    let f = PICKER.get().expect("picker fixture");
+    bencher.bench_local(|| pick_once(&*f.least_request_bare, f).id());
+}
+
 /// The median over batches of the time of one `pick`, for the summary.
 fn median_ns<T>(batches: usize, size: u32, mut pick: impl FnMut() -> T) -> f64 {
     let mut per_pick: Vec<f64> = (0..batches)
@@ -778,6 +848,12 @@ fn picker_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<Pic
     Ok(PickFigures {
         chain_ns: median_ns(batches, size, || pick_with(&*f.chain, f, &plain).id()),
         bare_ns: median_ns(batches, size, || pick_with(&*f.bare, f, &plain).id()),
+        least_request_chain_ns: median_ns(batches, size, || {
+            pick_with(&*f.least_request_chain, f, &plain).id()
+        }),
+        least_request_bare_ns: median_ns(batches, size, || {
+            pick_with(&*f.least_request_bare, f, &plain).id()
+        }),
         override_ns: median_ns(batches, size, || pick_with(&*f.chain, f, &f.session).id()),
         ring_ns: median_ns(batches, size, || ring_pick(ring).id()),
     })
@@ -830,10 +906,11 @@ enum Kind {
     TetherSession,
     TetherSessions,
     TetherXds,
+    TetherLeastRequest,
 }
 
 impl Kind {
-    const ALL: [Kind; 7] = [
+    const ALL: [Kind; 8] = [
         Kind::Plain,
         Kind::Balance,
         Kind::TetherOne,
@@ -841,6 +918,7 @@ impl Kind {
         Kind::TetherSession,
         Kind::TetherSessions,
         Kind::TetherXds,
+        Kind::TetherLeastRequest,
     ];
 
     fn label(self) -> &'static str {
@@ -852,6 +930,7 @@ impl Kind {
             Kind::TetherSession => "tether::Channel static + sessions, one jar: pinned to 1",
             Kind::TetherSessions => "tether::Channel static + sessions, a jar per task over 3",
             Kind::TetherXds => "tether::Channel xDS (tether-control), round robin over 3",
+            Kind::TetherLeastRequest => "tether::Channel static, least_request over 3",
         }
     }
 
@@ -865,6 +944,7 @@ impl Kind {
             Kind::TetherSession => "session",
             Kind::TetherSessions => "sessions",
             Kind::TetherXds => "xds",
+            Kind::TetherLeastRequest => "least_request",
         }
     }
 
@@ -874,7 +954,8 @@ impl Kind {
 
     /// The configuration that differs from this one only in what is
     /// measured: tonic over the same endpoints for the channels, the same
-    /// channel without the session filter and jar for sessions.
+    /// channel without the session filter and jar for sessions, round robin
+    /// for least_request.
     fn like_for_like(self) -> Option<Kind> {
         match self {
             Kind::Plain => None,
@@ -882,6 +963,7 @@ impl Kind {
             Kind::TetherStatic | Kind::TetherXds => Some(Kind::Balance),
             Kind::TetherSession => Some(Kind::TetherOne),
             Kind::TetherSessions => Some(Kind::TetherStatic),
+            Kind::TetherLeastRequest => Some(Kind::TetherStatic),
         }
     }
 }
@@ -981,6 +1063,13 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
                 ))
             }
         }
+        Kind::TetherLeastRequest => Client::Tether(EchoClient::new(
+            tether::Channel::from_static(all(
+                EndpointPolicy::LeastRequest { choice_count: 2 },
+                None,
+            )?)
+            .map_err(|e| e.to_string())?,
+        )),
         Kind::TetherXds => Client::Tether(EchoClient::new(
             tether::Channel::builder()
                 .bootstrap(control_plane(addrs).await?)
@@ -1205,6 +1294,18 @@ impl Summary {
                     ));
                     continue;
                 }
+                if r.kind == Kind::TetherLeastRequest {
+                    // Its goal: against round robin over the same endpoints.
+                    goals.push(goal_line(
+                        &format!(
+                            "  {who}: calls/s ≥ 0.95 × round robin ({})",
+                            like.map_or("", Kind::key)
+                        ),
+                        like_tput >= 0.95,
+                        &format!("{like_tput:.2}"),
+                    ));
+                    continue;
+                }
                 goals.push(goal_line(
                     &format!("  {who}: calls/s ≥ 0.95 × plain tonic, 1 endpoint"),
                     tput >= 0.95,
@@ -1265,7 +1366,19 @@ impl Summary {
                     &format!("{:.0} ns", p.ring_ns)
                 )
             );
+            println!(
+                "{}",
+                goal_line(
+                    "  pick through the same chain with least_request (2 draws; its counter up, and down as the call ends), goal ≤ 100 ns",
+                    p.least_request_chain_ns <= 100.0,
+                    &format!("{:.0} ns", p.least_request_chain_ns)
+                )
+            );
             println!("  bare round_robin pick: {:.0} ns", p.bare_ns);
+            println!(
+                "  bare least_request pick: {:.0} ns",
+                p.least_request_bare_ns
+            );
         }
         if let Some(e) = &self.eds {
             let first = median_dur(&e.first);

@@ -4,7 +4,10 @@
 //!
 //! Each reply also returns the call's `cookie` metadata in the response
 //! metadata `x-seen-cookie`, so a test can see what a proxy forwarded. A
-//! message `sleep:MS` is answered after MS milliseconds (a call in flight).
+//! message `sleep:MS` is answered after MS milliseconds (a call in flight);
+//! a backend started with [`Backend::start_slow`] answers every call after
+//! its delay (a slow backend among fast ones), and one started with
+//! [`Backend::start_failing`] answers UNAVAILABLE while its switch is on.
 //! [`crate::backend::Backend::stop`] closes the listener and every open
 //! connection, as a crashed backend would; [`serve_dual`] serves until told
 //! to stop and then drains, as a well-behaved server does on SIGTERM.
@@ -16,7 +19,7 @@ use hyper_util::service::TowerToHyperService;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tether_proto::demo::v1::echo_server::{Echo, EchoServer};
@@ -43,6 +46,38 @@ impl Backend<Grpc> {
 
     /// Starts a backend called `name` on `addr` (e.g. to restart on the same port).
     pub async fn start_on(name: &str, addr: SocketAddr) -> GrpcBackend {
+        Self::start_with_delay(name, addr, Duration::ZERO).await
+    }
+
+    /// Starts a backend called `name` on a random 127.0.0.1 port that
+    /// answers every call after `delay` (calls run concurrently).
+    pub async fn start_slow(name: &str, delay: Duration) -> GrpcBackend {
+        Self::start_with_delay(name, "127.0.0.1:0".parse().expect("addr"), delay).await
+    }
+
+    /// Starts a backend called `name` on a random 127.0.0.1 port whose
+    /// handler answers UNAVAILABLE to every call while `failing` is set
+    /// (still counted in `served`): a backend outlier detection ejects.
+    pub async fn start_failing(name: &str, failing: Arc<AtomicBool>) -> GrpcBackend {
+        Self::start_full(
+            name,
+            "127.0.0.1:0".parse().expect("addr"),
+            Duration::ZERO,
+            Some(failing),
+        )
+        .await
+    }
+
+    async fn start_with_delay(name: &str, addr: SocketAddr, delay: Duration) -> GrpcBackend {
+        Self::start_full(name, addr, delay, None).await
+    }
+
+    async fn start_full(
+        name: &str,
+        addr: SocketAddr,
+        delay: Duration,
+        failing: Option<Arc<AtomicBool>>,
+    ) -> GrpcBackend {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .expect("bind gRPC backend");
@@ -52,6 +87,8 @@ impl Backend<Grpc> {
             name: name.to_string(),
             addr,
             served: served.clone(),
+            delay,
+            failing,
         }));
         let task = accept_loop(listener, move |stream| {
             let _ = stream.set_nodelay(true);
@@ -181,6 +218,8 @@ impl DualService {
             name: name.to_string(),
             addr,
             served: hits.clone(),
+            delay: Duration::ZERO,
+            failing: None,
         }));
         DualService {
             name: name.to_string(),
@@ -223,6 +262,10 @@ struct EchoService {
     name: String,
     addr: SocketAddr,
     served: Arc<AtomicU64>,
+    /// Every call is answered after this long.
+    delay: Duration,
+    /// While set, every call fails UNAVAILABLE.
+    failing: Option<Arc<AtomicBool>>,
 }
 
 #[tonic::async_trait]
@@ -230,6 +273,16 @@ impl Echo for EchoService {
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
         let served = self.served.fetch_add(1, Ordering::SeqCst) + 1;
         let seen = request.metadata().get("cookie").cloned();
+        if self
+            .failing
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst))
+        {
+            return Err(Status::unavailable(format!("{} is failing", self.name)));
+        }
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         if let Some(ms) = request.get_ref().message.strip_prefix("sleep:") {
             let ms = ms.parse().unwrap_or(0);
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;

@@ -195,6 +195,25 @@ impl Client {
         self.run(&args, None).await
     }
 
+    /// `calls` calls to `target` without a cookie from `concurrency` threads
+    /// at once over one channel (each thread calls again when its call
+    /// answers), after warming up to `warm` distinct backends as
+    /// [`Client::calls_warmed`] does. The calls come in the order they ended.
+    pub async fn calls_concurrently(
+        &self,
+        target: &str,
+        warm: usize,
+        calls: usize,
+        concurrency: usize,
+    ) -> Result<Vec<Call>, String> {
+        let mut args = vec!["--concurrency".to_owned(), concurrency.max(1).to_string()];
+        if warm > 0 {
+            args.extend(["--warm".to_owned(), warm.to_string()]);
+        }
+        args.extend([target.to_owned(), calls.to_string()]);
+        self.run(&args, None).await
+    }
+
     /// One call to `target` per key, each with the metadata `header: key`.
     pub async fn keys(
         &self,

@@ -227,6 +227,14 @@ impl StaticConfig {
         let lb_policy = match self.policy {
             EndpointPolicy::RoundRobin => ClusterLbPolicy::RoundRobin,
             EndpointPolicy::PickFirst { shuffle } => ClusterLbPolicy::PickFirst { shuffle },
+            EndpointPolicy::LeastRequest { choice_count } if choice_count < 2 => {
+                return Err(format!(
+                    "static channel: policy least_request choice_count {choice_count} must be at least 2"
+                ));
+            }
+            EndpointPolicy::LeastRequest { choice_count } => {
+                ClusterLbPolicy::LeastRequest { choice_count }
+            }
         };
         let leaf = LeafCluster {
             name: name.clone(),
@@ -237,6 +245,7 @@ impl StaticConfig {
                 override_host_status: HealthSet::default_override(),
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
                 max_requests: DEFAULT_MAX_REQUESTS,
+                outlier_detection: None,
             }),
             endpoints: Arc::new(EndpointsResource {
                 cluster_name: self.cluster.clone(),

@@ -571,6 +571,13 @@ fn cluster_json(c: &ClusterResource) -> Value {
     let statuses: Vec<&str> = c.override_host_status.iter().map(|h| h.as_str()).collect();
     m.insert("override_host_status".into(), json!(statuses));
     m.insert("idle_timeout".into(), duration(c.idle_timeout));
+    if let Some(od) = &c.outlier_detection {
+        // Durations in milliseconds: `interval`, `base_ejection_time`, ...
+        m.insert(
+            "outlier_detection".into(),
+            serde_json::to_value(od).unwrap_or(Value::Null),
+        );
+    }
     Value::Object(m)
 }
 

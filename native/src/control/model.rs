@@ -1,6 +1,7 @@
 //! The control plane's YAML file: services with their endpoints, virtual
 //! hosts with routes, and per-route affinity in Contour's vocabulary
-//! (`loadBalancerPolicy.strategy`: `RoundRobin`, `Random`, `Cookie`,
+//! (`loadBalancerPolicy.strategy`: `RoundRobin`, `Random`,
+//! `WeightedLeastRequest` with an optional `choiceCount`, `Cookie`,
 //! `RequestHash` with `requestHashPolicies`, or `Session` for a stateful
 //! session cookie), and aggregate services that fail over between other
 //! services (`aggregate: [primary, fallback]`). An optional `envoy` section
@@ -24,6 +25,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tether_core::http::set_cookie::CookieSpec;
 
+use crate::lb::least_request::{DEFAULT_CHOICE_COUNT, MAX_CHOICE_COUNT};
 use crate::xds::resource::endpoint::{HealthSet, HealthStatus};
 
 /// A problem with the configuration file.
@@ -348,6 +350,11 @@ pub enum Strategy {
     RoundRobin,
     /// Random (proxyless clients get round robin).
     Random,
+    /// Least request (Envoy's LEAST_REQUEST, gRPC's `least_request`, gRFC
+    /// A48) with `choiceCount` draws; Contour's name, `LeastRequest`
+    /// accepted too.
+    #[serde(rename = "WeightedLeastRequest", alias = "LeastRequest")]
+    LeastRequest,
     /// Ring hash on a generated cookie (`X-Contour-Session-Affinity`).
     Cookie,
     /// Ring hash on request attributes (`requestHashPolicies`).
@@ -363,6 +370,7 @@ impl Strategy {
         match self {
             Strategy::RoundRobin => "RoundRobin",
             Strategy::Random => "Random",
+            Strategy::LeastRequest => "WeightedLeastRequest",
             Strategy::Cookie => "Cookie",
             Strategy::RequestHash => "RequestHash",
             Strategy::Session => "Session",
@@ -383,6 +391,10 @@ pub struct LoadBalancerPolicy {
     /// For `Session`: the cookie and the cluster's session settings.
     #[serde(default)]
     pub session: Option<SessionSpec>,
+    /// For `WeightedLeastRequest`: endpoints drawn per pick, 2 to 10
+    /// (default 2).
+    #[serde(default, rename = "choiceCount")]
+    pub choice_count: Option<u32>,
 }
 
 /// One of Contour's `requestHashPolicies`; exactly one source is set.
@@ -578,6 +590,137 @@ pub struct ServiceSpec {
     /// has no endpoints, locality weights or protocol of its own.
     #[serde(default)]
     pub aggregate: Option<Vec<String>>,
+    /// Outlier detection for the service's clusters (gRFC A50; CDS
+    /// `outlier_detection`).
+    #[serde(default, rename = "outlierDetection")]
+    pub outlier_detection: Option<OutlierDetectionSpec>,
+}
+
+/// `outlierDetection` of a service: gRPC's settings (gRFC A50), each
+/// defaulting as in gRPC. An algorithm runs when its block is present.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OutlierDetectionSpec {
+    /// How often ejections are decided (default 10 s).
+    #[serde(default)]
+    pub interval: Option<DurationField>,
+    /// An ejection lasts this times the endpoint's ejection count (default 30 s).
+    #[serde(default, rename = "baseEjectionTime")]
+    pub base_ejection_time: Option<DurationField>,
+    /// Longest ejection, unless `baseEjectionTime` is longer (default 300 s).
+    #[serde(default, rename = "maxEjectionTime")]
+    pub max_ejection_time: Option<DurationField>,
+    /// Endpoints ejected at most, in percent (default 10; one always may be).
+    #[serde(default, rename = "maxEjectionPercent")]
+    pub max_ejection_percent: Option<u32>,
+    /// The success-rate algorithm.
+    #[serde(default, rename = "successRate")]
+    pub success_rate: Option<SuccessRateSpec>,
+    /// The failure-percentage algorithm.
+    #[serde(default, rename = "failurePercentage")]
+    pub failure_percentage: Option<FailurePercentageSpec>,
+}
+
+/// `outlierDetection.successRate`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SuccessRateSpec {
+    /// Threshold: mean − stdev × stdevFactor / 1000 (default 1900).
+    #[serde(default, rename = "stdevFactor")]
+    pub stdev_factor: Option<u32>,
+    /// Chance in percent that an outlier is ejected (default 100).
+    #[serde(default, rename = "enforcementPercentage")]
+    pub enforcement_percentage: Option<u32>,
+    /// Endpoints with enough calls needed to run (default 5).
+    #[serde(default, rename = "minimumHosts")]
+    pub minimum_hosts: Option<u32>,
+    /// Calls in an interval for an endpoint to count (default 100).
+    #[serde(default, rename = "requestVolume")]
+    pub request_volume: Option<u32>,
+}
+
+/// `outlierDetection.failurePercentage`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FailurePercentageSpec {
+    /// Failure percentage above which an endpoint is ejected (default 85).
+    #[serde(default)]
+    pub threshold: Option<u32>,
+    /// Chance in percent that an outlier is ejected (default 100).
+    #[serde(default, rename = "enforcementPercentage")]
+    pub enforcement_percentage: Option<u32>,
+    /// Endpoints with enough calls needed to run (default 5).
+    #[serde(default, rename = "minimumHosts")]
+    pub minimum_hosts: Option<u32>,
+    /// Calls in an interval for an endpoint to count (default 50).
+    #[serde(default, rename = "requestVolume")]
+    pub request_volume: Option<u32>,
+}
+
+impl OutlierDetectionSpec {
+    /// The settings, gRPC's defaults filled in.
+    pub fn settings(&self) -> crate::lb::outlier_detection::OutlierDetectionConfig {
+        use crate::lb::outlier_detection as od;
+        let d = od::OutlierDetectionConfig::default();
+        let (sr, fp) = (
+            od::SuccessRateEjection::default(),
+            od::FailurePercentageEjection::default(),
+        );
+        od::OutlierDetectionConfig {
+            interval: self.interval.map_or(d.interval, |v| v.0),
+            base_ejection_time: self
+                .base_ejection_time
+                .map_or(d.base_ejection_time, |v| v.0),
+            max_ejection_time: self.max_ejection_time.map_or(d.max_ejection_time, |v| v.0),
+            max_ejection_percent: self.max_ejection_percent.unwrap_or(d.max_ejection_percent),
+            success_rate: self.success_rate.map(|s| od::SuccessRateEjection {
+                stdev_factor: s.stdev_factor.unwrap_or(sr.stdev_factor),
+                enforcement_percentage: s
+                    .enforcement_percentage
+                    .unwrap_or(sr.enforcement_percentage),
+                minimum_hosts: s.minimum_hosts.unwrap_or(sr.minimum_hosts),
+                request_volume: s.request_volume.unwrap_or(sr.request_volume),
+            }),
+            failure_percentage: self
+                .failure_percentage
+                .map(|f| od::FailurePercentageEjection {
+                    threshold: f.threshold.unwrap_or(fp.threshold),
+                    enforcement_percentage: f
+                        .enforcement_percentage
+                        .unwrap_or(fp.enforcement_percentage),
+                    minimum_hosts: f.minimum_hosts.unwrap_or(fp.minimum_hosts),
+                    request_volume: f.request_volume.unwrap_or(fp.request_volume),
+                }),
+        }
+    }
+
+    /// Percentages above 100, named by their path under `at`.
+    fn validate(&self, at: &str) -> Result<(), ModelError> {
+        let mut checks = vec![("maxEjectionPercent", self.max_ejection_percent)];
+        if let Some(s) = &self.success_rate {
+            checks.push((
+                "successRate.enforcementPercentage",
+                s.enforcement_percentage,
+            ));
+        }
+        if let Some(f) = &self.failure_percentage {
+            checks.push(("failurePercentage.threshold", f.threshold));
+            checks.push((
+                "failurePercentage.enforcementPercentage",
+                f.enforcement_percentage,
+            ));
+        }
+        for (field, value) in checks {
+            if let Some(v) = value.filter(|v| *v > 100) {
+                return Err(ModelError::invalid(
+                    format!("{at}.outlierDetection.{field}"),
+                    v.to_string(),
+                    "must be at most 100",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl ServiceSpec {
@@ -685,6 +828,16 @@ impl Config {
                     "is defined twice",
                 ));
             }
+            if let Some(od) = &s.outlier_detection {
+                if s.is_aggregate() {
+                    return Err(ModelError::invalid(
+                        format!("{at}.outlierDetection"),
+                        &s.name,
+                        "belongs on the services an aggregate service names (gRPC applies it per underlying cluster)",
+                    ));
+                }
+                od.validate(&at)?;
+            }
             let mut addresses = HashSet::new();
             let mut priorities = std::collections::BTreeSet::new();
             for (j, e) in s.endpoints.iter().enumerate() {
@@ -739,6 +892,8 @@ impl Config {
         // Per service: the session settings and the route that set them.
         let mut session_settings: BTreeMap<&str, (SessionClusterSettings, String)> =
             BTreeMap::new();
+        // Per service: the least request choice count and the route that set it.
+        let mut choice_counts: BTreeMap<&str, (u32, String)> = BTreeMap::new();
         for (i, vh) in self.virtualhosts.iter().enumerate() {
             let at = format!("virtualhosts[{i}]");
             if vh.name.is_empty() {
@@ -880,9 +1035,80 @@ impl Config {
                     }
                     (_, None) => {}
                 }
+                self.validate_choice_count(p, &pat, r, &mut choice_counts)?;
             }
         }
         Ok(())
+    }
+
+    /// `choiceCount`: only with `WeightedLeastRequest`, from 2 (gRPC refuses
+    /// fewer) to 10 (gRPC uses no more), and one value per service: the
+    /// routes that reach a service share its `<service>/least-request`
+    /// cluster, aggregates' services included.
+    fn validate_choice_count<'a>(
+        &'a self,
+        p: &LoadBalancerPolicy,
+        pat: &str,
+        r: &'a RouteSpec,
+        counts: &mut BTreeMap<&'a str, (u32, String)>,
+    ) -> Result<(), ModelError> {
+        if p.strategy != Strategy::LeastRequest {
+            return match p.choice_count {
+                Some(_) => Err(ModelError::invalid(
+                    format!("{pat}.choiceCount"),
+                    p.strategy.as_str(),
+                    "is only used with strategy WeightedLeastRequest",
+                )),
+                None => Ok(()),
+            };
+        }
+        let n = p.choice_count.unwrap_or(DEFAULT_CHOICE_COUNT);
+        if !(2..=MAX_CHOICE_COUNT).contains(&n) {
+            return Err(ModelError::invalid(
+                format!("{pat}.choiceCount"),
+                n,
+                format!(
+                    "must be from 2 to {MAX_CHOICE_COUNT} (gRPC refuses fewer than 2 and draws at most {MAX_CHOICE_COUNT})"
+                ),
+            ));
+        }
+        for svc in r.services.iter().flat_map(|s| self.closure(&s.name)) {
+            match counts.get(svc.name.as_str()) {
+                Some((other, at_other)) if *other != n => {
+                    return Err(ModelError::invalid(
+                        format!("{pat}.choiceCount"),
+                        n,
+                        format!(
+                            "differs from {at_other}'s choiceCount {other} for service {:?} (its routes share one cluster)",
+                            svc.name
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => {
+                    counts.insert(svc.name.as_str(), (n, pat.to_owned()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The choice count of `service`'s least request cluster: the one its
+    /// `WeightedLeastRequest` routes give (validation makes them agree),
+    /// else the default.
+    pub fn least_request_choice_count(&self, service: &str) -> u32 {
+        self.virtualhosts
+            .iter()
+            .flat_map(|v| &v.routes)
+            .filter(|r| r.load_balancer_policy.strategy == Strategy::LeastRequest)
+            .find(|r| {
+                r.services
+                    .iter()
+                    .flat_map(|s| self.closure(&s.name))
+                    .any(|s| s.name == service)
+            })
+            .and_then(|r| r.load_balancer_policy.choice_count)
+            .unwrap_or(DEFAULT_CHOICE_COUNT)
     }
 
     /// The `envoy` section: a plugin needs its file (an absolute path) and

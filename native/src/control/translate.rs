@@ -19,8 +19,17 @@
 //! see the wasm filter: C-core NACKs filters it does not know. Each service has
 //! one ClusterLoadAssignment named after it; each (service, strategy) pair a
 //! route uses has a cluster: `<service>` for round robin, `<service>/random`,
-//! `<service>/ring-hash` for `Cookie` and `RequestHash`, `<service>/session`
-//! for `Session` (with `override_host_status`).
+//! `<service>/least-request`, `<service>/ring-hash` for `Cookie` and
+//! `RequestHash`, `<service>/session` for `Session` (with
+//! `override_host_status`).
+//!
+//! A least request cluster is Envoy's `LEAST_REQUEST` with
+//! `least_request_lb_config.choice_count` for Envoy; proxyless clients get
+//! a `load_balancing_policy` of `WrrLocality` whose endpoint-picking list is
+//! `[LeastRequest, RoundRobin]`: gRPC's `least_request` (A48) where the client
+//! has it (grpc-go, grpc-java, tether), round robin where it does not (gRPC
+//! C-core skips a policy it does not know and takes the next, where the
+//! legacy `LEAST_REQUEST` enum would make it NACK the cluster).
 //!
 //! An aggregate service has no endpoints; its cluster for a strategy is an
 //! `envoy.clusters.aggregate` cluster over its services' clusters for the
@@ -46,8 +55,10 @@ use envoy_types::pb::envoy::extensions::filters::http::stateful_session::v3 as s
 use envoy_types::pb::envoy::extensions::filters::http::wasm::v3::Wasm;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use envoy_types::pb::envoy::extensions::http::stateful_session::cookie::v3::CookieBasedSessionState;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::override_host::v3 as ohpb;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::round_robin::v3::RoundRobin;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3 as uhttp;
 use envoy_types::pb::envoy::extensions::wasm::v3 as wasmpb;
 use envoy_types::pb::envoy::r#type::http::v3 as thttp;
@@ -208,6 +219,7 @@ pub fn cluster_name(service: &str, strategy: Strategy) -> String {
     match strategy {
         Strategy::RoundRobin => service.to_owned(),
         Strategy::Random => format!("{service}/random"),
+        Strategy::LeastRequest => format!("{service}/least-request"),
         Strategy::Cookie | Strategy::RequestHash => format!("{service}/ring-hash"),
         Strategy::Session => format!("{service}/session"),
     }
@@ -469,6 +481,55 @@ fn override_host(c: &mut cpb::Cluster, header: &str) {
     };
     c.load_balancing_policy = Some(cpb::LoadBalancingPolicy {
         policies: vec![policy(OVERRIDE_HOST_POLICY, pack(&oh))],
+    });
+}
+
+/// A least request cluster: Envoy's `LEAST_REQUEST`, or for proxyless
+/// clients `WrrLocality` over `[LeastRequest, RoundRobin]` (see the module's
+/// documentation).
+fn least_request(c: &mut cpb::Cluster, choice_count: u32, flavor: Flavor) {
+    use cpb::cluster::LbPolicy;
+    let count = Some(pb::UInt32Value {
+        value: choice_count,
+    });
+    if flavor == Flavor::Envoy {
+        c.lb_policy = LbPolicy::LeastRequest as i32;
+        c.lb_config = Some(cpb::cluster::LbConfig::LeastRequestLbConfig(
+            cpb::cluster::LeastRequestLbConfig {
+                choice_count: count,
+                ..Default::default()
+            },
+        ));
+        return;
+    }
+    let policy = |name: &str, typed: pb::Any| cpb::load_balancing_policy::Policy {
+        typed_extension_config: Some(core::TypedExtensionConfig {
+            name: name.to_owned(),
+            typed_config: Some(typed),
+        }),
+    };
+    let endpoint_picking = cpb::LoadBalancingPolicy {
+        policies: vec![
+            policy(
+                "envoy.load_balancing_policies.least_request",
+                pack(&LeastRequest {
+                    choice_count: count,
+                    ..Default::default()
+                }),
+            ),
+            policy(
+                "envoy.load_balancing_policies.round_robin",
+                pack(&RoundRobin::default()),
+            ),
+        ],
+    };
+    c.load_balancing_policy = Some(cpb::LoadBalancingPolicy {
+        policies: vec![policy(
+            "envoy.load_balancing_policies.wrr_locality",
+            pack(&WrrLocality {
+                endpoint_picking_policy: Some(endpoint_picking),
+            }),
+        )],
     });
 }
 
@@ -740,6 +801,13 @@ fn cluster(
         // gRPC has no random policy; proxyless clients get round robin.
         Strategy::Random if flavor == Flavor::Envoy => c.lb_policy = LbPolicy::Random as i32,
         Strategy::Random => c.lb_policy = LbPolicy::RoundRobin as i32,
+        Strategy::LeastRequest => {
+            least_request(
+                &mut c,
+                config.least_request_choice_count(&spec.name),
+                flavor,
+            );
+        }
         Strategy::Cookie | Strategy::RequestHash => {
             c.lb_policy = LbPolicy::RingHash as i32;
             c.lb_config = Some(cpb::cluster::LbConfig::RingHashLbConfig(
@@ -771,6 +839,9 @@ fn cluster(
             });
         }
     }
+    if let Some(od) = &spec.outlier_detection {
+        c.outlier_detection = Some(outlier_detection(&od.settings()));
+    }
     if flavor == Flavor::Envoy && spec.protocol == Protocol::H2c {
         let opts = uhttp::HttpProtocolOptions {
             upstream_protocol_options: Some(
@@ -792,6 +863,39 @@ fn cluster(
         );
     }
     c
+}
+
+/// CDS `outlier_detection` for gRPC's settings (gRFC A50's mapping):
+/// success rate off is `enforcing_success_rate: 0`; failure percentage on
+/// is a non-zero `enforcing_failure_percentage`. Envoy's consecutive-5xx
+/// ejection, on by default in Envoy and unknown to gRPC, is switched off so
+/// both kinds of client eject alike.
+fn outlier_detection(
+    s: &crate::lb::outlier_detection::OutlierDetectionConfig,
+) -> cpb::OutlierDetection {
+    let u32v = |value| Some(pb::UInt32Value { value });
+    let mut od = cpb::OutlierDetection {
+        interval: Some(duration(s.interval)),
+        base_ejection_time: Some(duration(s.base_ejection_time)),
+        max_ejection_time: Some(duration(s.max_ejection_time)),
+        max_ejection_percent: u32v(s.max_ejection_percent),
+        enforcing_consecutive_5xx: u32v(0),
+        enforcing_success_rate: u32v(0),
+        ..Default::default()
+    };
+    if let Some(sr) = &s.success_rate {
+        od.enforcing_success_rate = u32v(sr.enforcement_percentage);
+        od.success_rate_stdev_factor = u32v(sr.stdev_factor);
+        od.success_rate_minimum_hosts = u32v(sr.minimum_hosts);
+        od.success_rate_request_volume = u32v(sr.request_volume);
+    }
+    if let Some(fp) = &s.failure_percentage {
+        od.enforcing_failure_percentage = u32v(fp.enforcement_percentage);
+        od.failure_percentage_threshold = u32v(fp.threshold);
+        od.failure_percentage_minimum_hosts = u32v(fp.minimum_hosts);
+        od.failure_percentage_request_volume = u32v(fp.request_volume);
+    }
+    od
 }
 
 /// An aggregate cluster over the service's services' clusters for

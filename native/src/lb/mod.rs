@@ -4,12 +4,14 @@
 //! ```text
 //! xds_cluster_manager ─ a child per cluster of the route table
 //!   └ cds ─ a leaf cluster, or an aggregate flattened into a priority of leaves
+//!     (└ outlier_detection ─ when CDS sets it: ejects failing endpoints, A50)
 //!       └ xds_cluster_impl ─ drops, circuit breaking, the cluster's name
 //!         └ xds_override_host ─ sessions stay on their endpoint (A55, A75)
 //!           └ priority ─ failover between the cluster's priorities (A56)
 //!               ├ xds_wrr_locality ─ the priority's localities
 //!               │   └ weighted_target ─ a child per locality, by weight
-//!               │       └ round_robin | pick_first ─ over the endpoints
+//!               │       └ round_robin | least_request | pick_first ─ over
+//!               │           the endpoints
 //!               └ ring_hash ─ (RING_HASH, opt-in MAGLEV) one table over
 //!                   all the priority's localities, picked by the call's hash
 //! ```
@@ -25,6 +27,8 @@ mod aggregate;
 pub mod cds;
 pub mod cluster_impl;
 pub mod cluster_manager;
+pub mod least_request;
+pub mod outlier_detection;
 pub mod override_host;
 pub mod pick_first;
 pub mod priority;
@@ -103,8 +107,8 @@ pub struct PickArgs<'a> {
 }
 
 /// Observes a call picked for a subchannel, until it ends (circuit
-/// breaking counts calls in flight; outlier detection and least request
-/// will count outcomes).
+/// breaking counts calls in flight, least request counts them per
+/// endpoint; outlier detection will count outcomes).
 pub trait CallTracker: Send + Sync {
     /// The call ended: `ok` when its status was OK.
     fn finished(&self, ok: bool);
@@ -296,6 +300,10 @@ pub enum Event {
     /// connecting the endpoint whose first address this is (pickers cannot
     /// change a policy's endpoints themselves).
     ConnectEndpoint(PolicyId, SocketAddr),
+    /// `outlier_detection` ejected (true) or un-ejected the endpoint with
+    /// this address; sent only to its own subtree, where
+    /// `xds_override_host` keeps sessions off ejected endpoints.
+    Ejection(SocketAddr, bool),
 }
 
 /// What a policy can do from the LB task: create subchannels, start timers,
@@ -418,6 +426,8 @@ pub enum LbConfig {
     Cds(cds::Config),
     /// `xds_cluster_impl`.
     ClusterImpl(cluster_impl::Config),
+    /// `outlier_detection` (gRFC A50).
+    OutlierDetection(outlier_detection::Config),
     /// `xds_override_host`.
     OverrideHost(override_host::Config),
     /// `priority`.
@@ -428,6 +438,8 @@ pub enum LbConfig {
     WeightedTarget(weighted_target::Config),
     /// `round_robin`.
     RoundRobin(round_robin::Config),
+    /// `least_request` (gRFC A48).
+    LeastRequest(least_request::Config),
     /// `pick_first`.
     PickFirst(pick_first::Config),
     /// `ring_hash` (a ring, or a Maglev table when opted in).
@@ -441,11 +453,13 @@ impl LbConfig {
             LbConfig::ClusterManager(_) => "xds_cluster_manager",
             LbConfig::Cds(_) => "cds",
             LbConfig::ClusterImpl(_) => "xds_cluster_impl",
+            LbConfig::OutlierDetection(_) => "outlier_detection",
             LbConfig::OverrideHost(_) => "xds_override_host",
             LbConfig::Priority(_) => "priority",
             LbConfig::WrrLocality(_) => "xds_wrr_locality",
             LbConfig::WeightedTarget(_) => "weighted_target",
             LbConfig::RoundRobin(_) => "round_robin",
+            LbConfig::LeastRequest(_) => "least_request",
             LbConfig::PickFirst(_) => "pick_first",
             LbConfig::RingHash(_) => "ring_hash",
         }
@@ -457,11 +471,13 @@ impl LbConfig {
             LbConfig::ClusterManager(_) => Box::new(cluster_manager::ClusterManager::new()),
             LbConfig::Cds(_) => Box::new(cds::Cds::new()),
             LbConfig::ClusterImpl(_) => Box::new(cluster_impl::ClusterImpl::new()),
+            LbConfig::OutlierDetection(_) => Box::new(outlier_detection::OutlierDetection::new()),
             LbConfig::OverrideHost(_) => Box::new(override_host::OverrideHost::new()),
             LbConfig::Priority(_) => Box::new(priority::Priority::new()),
             LbConfig::WrrLocality(_) => Box::new(wrr_locality::WrrLocality::new()),
             LbConfig::WeightedTarget(_) => Box::new(weighted_target::WeightedTarget::new()),
             LbConfig::RoundRobin(_) => Box::new(round_robin::RoundRobin::new()),
+            LbConfig::LeastRequest(_) => Box::new(least_request::LeastRequest::new()),
             LbConfig::PickFirst(_) => Box::new(pick_first::PickFirst::new()),
             LbConfig::RingHash(_) => Box::new(ring_hash::RingHash::new()),
         }

@@ -6,7 +6,7 @@ that answered, its address, and the Set-Cookie of the response's initial
 metadata. The bootstrap comes from GRPC_XDS_BOOTSTRAP.
 
 usage: grpc_xds_client.py [--warm N] [--keys-header NAME] [--message TEXT] [--jar]
-                          [--keep-going] TARGET CALLS [COOKIE]
+                          [--keep-going] [--concurrency N] TARGET CALLS [COOKIE]
 
 --warm N first makes unprinted calls without a cookie until N distinct
 backends have answered (at most 200 calls or 20 s, else exit 2). Round
@@ -28,10 +28,15 @@ name, so a session that moves continues with its new cookie.
 --keep-going prints a failed call as a line {"call", "code", "message"} and
 goes on (exit 1 at the end) instead of stopping at the first failure; every
 line then has a "code" ("OK" for an answered call).
+
+--concurrency N makes the CALLS calls from N threads at once over the one
+channel, each thread starting its next call when the last one answered
+(lines come in the order calls end). Not with --keys-header or --jar.
 """
 
 import json
 import sys
+import threading
 import time
 
 import grpc
@@ -110,9 +115,56 @@ def cookie_pairs(text):
     return pairs
 
 
+def call_concurrently(echo, calls, threads, message, metadata, keep_going):
+    """CALLS calls from THREADS threads; returns whether one failed."""
+    lock = threading.Lock()
+    state = {"next": 0, "failed": False}
+
+    def worker():
+        while True:
+            with lock:
+                i = state["next"]
+                if i >= calls or (state["failed"] and not keep_going):
+                    return
+                state["next"] = i + 1
+            try:
+                reply, call = echo.with_call(
+                    encode_request(message if message is not None else "call %d" % i),
+                    metadata=metadata or None,
+                    timeout=20,
+                    wait_for_ready=True,
+                )
+            except grpc.RpcError as e:
+                with lock:
+                    state["failed"] = True
+                    print(json.dumps({"call": i, "key": None, "code": e.code().name,
+                                      "message": e.details()}), flush=True)
+                continue
+            fields = decode_reply(reply)
+            line = {
+                "call": i,
+                "key": None,
+                "backend": fields.get(2, ""),
+                "address": fields.get(3, ""),
+                "set_cookie": [v for k, v in call.initial_metadata() if k == "set-cookie"],
+            }
+            if keep_going:
+                line["code"] = "OK"
+            with lock:
+                print(json.dumps(line), flush=True)
+
+    workers = [threading.Thread(target=worker) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return state["failed"]
+
+
 def main():
     args = sys.argv[1:]
     distinct = 0
+    concurrency = 1
     keys_header = None
     message = None
     jar = None
@@ -124,6 +176,8 @@ def main():
             keys_header = args[1]
         elif args[0] == "--message":
             message = args[1]
+        elif args[0] == "--concurrency":
+            concurrency = int(args[1])
         elif args[0] == "--jar":
             jar = {}
             args = args[1:]
@@ -151,6 +205,13 @@ def main():
         )
         if distinct:
             warm(echo, distinct)
+        if concurrency > 1:
+            if keys_header or jar is not None:
+                sys.exit("--concurrency does not go with --keys-header or --jar")
+            metadata = [("cookie", cookie)] if cookie else []
+            if call_concurrently(echo, calls, concurrency, message, metadata, keep_going):
+                sys.exit(1)
+            return
         for i, key in enumerate(keys):
             if jar is not None:
                 cookie = "; ".join("%s=%s" % kv for kv in jar.items()) or None

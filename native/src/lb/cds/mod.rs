@@ -1,6 +1,7 @@
 //! `cds`: one cluster of the route table, as the resolver resolved it.
 //!
-//! A leaf cluster becomes `xds_cluster_impl` → `xds_override_host` →
+//! A leaf cluster becomes (`outlier_detection` →, when CDS sets it)
+//! `xds_cluster_impl` → `xds_override_host` →
 //! `priority` (a child per EDS priority) → `xds_wrr_locality` → the
 //! cluster's endpoint policy; or, for a RING_HASH (or opted-in MAGLEV)
 //! cluster, → `ring_hash` directly under `priority`, one table over all the
@@ -17,6 +18,7 @@
 use std::sync::Arc;
 
 use super::cluster_impl;
+use super::outlier_detection;
 use super::override_host;
 use super::priority;
 use super::ring_hash;
@@ -106,7 +108,12 @@ fn priority_policy(policy: &ClusterLbPolicy) -> Result<PriorityPolicy, String> {
                 table_size: *table_size,
             }))
         }
-        ClusterLbPolicy::LeastRequest { .. } => Err("least_request".to_owned()),
+        // A48: weighted_target over the localities, least_request in each.
+        ClusterLbPolicy::LeastRequest { choice_count } => {
+            Ok(PriorityPolicy::Localities(EndpointPolicy::LeastRequest {
+                choice_count: *choice_count,
+            }))
+        }
     }
 }
 
@@ -167,12 +174,12 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
         })
         .collect();
     // Every endpoint, DRAINING included, for sessions (A55).
-    let all = leaf
+    let all: Vec<EndpointAddresses> = leaf
         .endpoints
         .endpoints()
         .map(|(_, _, e)| endpoint_addresses(e))
         .collect();
-    Ok(LbConfig::ClusterImpl(cluster_impl::Config {
+    let cluster_impl = LbConfig::ClusterImpl(cluster_impl::Config {
         cluster: leaf.name.clone(),
         eds_service_name: leaf.cluster.eds_name().map(str::to_owned),
         max_requests: leaf.cluster.max_requests,
@@ -180,10 +187,20 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
         child: Box::new(LbConfig::OverrideHost(override_host::Config {
             override_host_status: leaf.cluster.override_host_status,
             idle_timeout: leaf.cluster.idle_timeout,
-            endpoints: all,
+            endpoints: all.clone(),
             child: Box::new(LbConfig::Priority(priority::Config { children })),
         })),
-    }))
+    });
+    // A75 puts outlier_detection above xds_cluster_impl. Only clusters that
+    // set it get one: gRPC's no-op instance would only cost picks.
+    Ok(match leaf.cluster.outlier_detection {
+        Some(settings) => LbConfig::OutlierDetection(outlier_detection::Config {
+            settings,
+            endpoints: all,
+            child: Box::new(cluster_impl),
+        }),
+        None => cluster_impl,
+    })
 }
 
 /// The `cds` policy.

@@ -70,6 +70,10 @@ pub struct MapEntry {
     /// The policy owns the subchannel (it was told with
     /// [`Event::SessionUsed`]).
     owned: AtomicBool,
+    /// `outlier_detection` above ejected its endpoint ([`Event::Ejection`]):
+    /// sessions skip it as if it were failing, as through gRPC's ejected
+    /// subchannel wrapper.
+    ejected: AtomicBool,
     /// The sessions that used it: session id → `last_used_ms`. Pruned by
     /// the sweep; read for drain readiness.
     sessions: Mutex<Sessions>,
@@ -217,6 +221,9 @@ impl OverrideHost {
                         old.map_or(NEVER, |o| o.last_used_ms.load(Ordering::Relaxed)),
                     ),
                     owned: AtomicBool::new(self.owned.contains_key(addr)),
+                    ejected: AtomicBool::new(
+                        old.is_some_and(|o| o.ejected.load(Ordering::Relaxed)),
+                    ),
                     sessions: Mutex::new(old.map(|o| o.sessions().clone()).unwrap_or_default()),
                     recent: Default::default(),
                 };
@@ -427,6 +434,11 @@ impl LbPolicy for OverrideHost {
             Event::SessionUsed(addr) => {
                 self.own(ctx, addr, false);
                 return false;
+            }
+            Event::Ejection(addr, ejected) => {
+                if let Some(e) = self.map.get(&addr) {
+                    e.ejected.store(ejected, Ordering::Relaxed);
+                }
             }
             _ => {}
         }

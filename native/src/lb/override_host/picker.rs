@@ -5,7 +5,8 @@
 //! first IDLE one is asked to connect and the pick queues; else a
 //! CONNECTING one queues it; else the first entry without a subchannel gets
 //! one (through the LB task) and the pick queues. TRANSIENT_FAILURE entries
-//! are skipped. Otherwise the child picks. Either way a completed pick of
+//! are skipped, and so are endpoints `outlier_detection` ejected (they
+//! show TRANSIENT_FAILURE through it). Otherwise the child picks. Either way a completed pick of
 //! a session call carries the endpoint's address list, the one picked first.
 
 use std::net::SocketAddr;
@@ -81,7 +82,8 @@ impl OverrideHostPicker {
             let Some(entry) = self.map.get(addr) else {
                 continue;
             };
-            if !self.statuses.contains(entry.health) {
+            // An endpoint outlier detection ejected shows TRANSIENT_FAILURE.
+            if !self.statuses.contains(entry.health) || entry.ejected.load(Ordering::Relaxed) {
                 continue;
             }
             match entry.subchannel() {

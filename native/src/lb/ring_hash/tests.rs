@@ -864,6 +864,7 @@ mod cds {
                 override_host_status: HealthSet::default_override(),
                 idle_timeout: Duration::from_secs(3600),
                 max_requests: 1024,
+                outlier_detection: None,
             }),
             endpoints: Arc::new(EndpointsResource {
                 cluster_name: "hashed".into(),

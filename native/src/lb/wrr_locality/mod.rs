@@ -4,8 +4,8 @@
 
 use super::weighted_target::{self, Target, WeightedTarget};
 use super::{
-    pick_first, round_robin, ConnectivityState, Ctx, EndpointAddresses, Event, LbConfig, LbPolicy,
-    PolicyStats, SharedPicker,
+    least_request, pick_first, round_robin, ConnectivityState, Ctx, EndpointAddresses, Event,
+    LbConfig, LbPolicy, PolicyStats, SharedPicker,
 };
 use crate::xds::resource::endpoint::LocalityName;
 
@@ -18,6 +18,11 @@ pub enum EndpointPolicy {
     PickFirst {
         /// `shuffle_address_list`.
         shuffle: bool,
+    },
+    /// `least_request` (gRFC A48).
+    LeastRequest {
+        /// Endpoints drawn per pick (at least 2; more than 10 is used as 10).
+        choice_count: u32,
     },
 }
 
@@ -55,6 +60,12 @@ impl Config {
                         LbConfig::PickFirst(pick_first::Config {
                             endpoints: l.endpoints.clone(),
                             shuffle,
+                        })
+                    }
+                    EndpointPolicy::LeastRequest { choice_count } => {
+                        LbConfig::LeastRequest(least_request::Config {
+                            endpoints: l.endpoints.clone(),
+                            choice_count,
                         })
                     }
                 };

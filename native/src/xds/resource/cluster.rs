@@ -3,7 +3,8 @@
 //! first, wrr_locality; Maglev only when
 //! [`ValidationOptions::maglev`](super::ValidationOptions::maglev) is
 //! on, since gRPC rejects it), `common_lb_config.override_host_status` (A55)
-//! and the session idle timeout from `upstream_config` (A75).
+//! and the session idle timeout from `upstream_config` (A75), and
+//! `outlier_detection` (A50).
 
 use std::time::Duration;
 
@@ -19,6 +20,9 @@ pub use cpb::Cluster;
 use super::endpoint::{HealthSet, HealthStatus};
 use super::listener::config_source_is_ads;
 use super::{type_name, Check};
+use crate::lb::outlier_detection::{
+    FailurePercentageEjection, OutlierDetectionConfig, SuccessRateEjection,
+};
 
 /// Default session idle timeout (A75).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -42,6 +46,8 @@ pub struct ClusterResource {
     /// Circuit breaking: calls in flight at most (`circuit_breakers`, the
     /// first DEFAULT-priority threshold's `max_requests`; default 1024).
     pub max_requests: u32,
+    /// Outlier detection (A50), when the cluster sets `outlier_detection`.
+    pub outlier_detection: Option<OutlierDetectionConfig>,
 }
 
 /// gRPC's default `max_requests`.
@@ -231,7 +237,120 @@ pub(crate) fn validate(c: &mut Check, cl: &Cluster) -> ClusterResource {
         override_host_status,
         idle_timeout,
         max_requests: max_requests(cl),
+        outlier_detection: cl
+            .outlier_detection
+            .as_ref()
+            .and_then(|od| c.at("outlier_detection", |c| outlier_detection(c, od))),
     }
+}
+
+/// CDS `outlier_detection` as gRFC A50 maps it: gRPC's defaults for unset
+/// fields; success rate on unless `enforcing_success_rate` is 0;
+/// failure percentage on only when `enforcing_failure_percentage` is set
+/// and not 0; the other algorithms (consecutive 5xx, ...) ignored. Bad
+/// durations and percentages above 100 NACK the cluster.
+fn outlier_detection(c: &mut Check, od: &cpb::OutlierDetection) -> Option<OutlierDetectionConfig> {
+    let defaults = OutlierDetectionConfig::default();
+    let mut ok = true;
+    let mut duration = |c: &mut Check,
+                        field: &str,
+                        d: Option<&envoy_types::pb::google::protobuf::Duration>,
+                        default| {
+        match d {
+            None => default,
+            Some(d) => c.at(field, |c| c.duration(d)).unwrap_or_else(|| {
+                ok = false;
+                default
+            }),
+        }
+    };
+    let interval = duration(c, "interval", od.interval.as_ref(), defaults.interval);
+    let base_ejection_time = duration(
+        c,
+        "base_ejection_time",
+        od.base_ejection_time.as_ref(),
+        defaults.base_ejection_time,
+    );
+    let max_ejection_time = duration(
+        c,
+        "max_ejection_time",
+        od.max_ejection_time.as_ref(),
+        defaults.max_ejection_time,
+    );
+    let value = |v: &Option<u32>, default: u32| v.unwrap_or(default);
+    let success_defaults = SuccessRateEjection::default();
+    let failure_defaults = FailurePercentageEjection::default();
+    let enforcing_success_rate = value(
+        &od.enforcing_success_rate.as_ref().map(|v| v.value),
+        success_defaults.enforcement_percentage,
+    );
+    let enforcing_failure_percentage = od
+        .enforcing_failure_percentage
+        .as_ref()
+        .map_or(0, |v| v.value);
+    let config = OutlierDetectionConfig {
+        interval,
+        base_ejection_time,
+        max_ejection_time,
+        max_ejection_percent: value(
+            &od.max_ejection_percent.as_ref().map(|v| v.value),
+            defaults.max_ejection_percent,
+        ),
+        success_rate: (enforcing_success_rate != 0).then(|| SuccessRateEjection {
+            stdev_factor: value(
+                &od.success_rate_stdev_factor.as_ref().map(|v| v.value),
+                success_defaults.stdev_factor,
+            ),
+            enforcement_percentage: enforcing_success_rate,
+            minimum_hosts: value(
+                &od.success_rate_minimum_hosts.as_ref().map(|v| v.value),
+                success_defaults.minimum_hosts,
+            ),
+            request_volume: value(
+                &od.success_rate_request_volume.as_ref().map(|v| v.value),
+                success_defaults.request_volume,
+            ),
+        }),
+        failure_percentage: (enforcing_failure_percentage != 0).then(|| {
+            FailurePercentageEjection {
+                threshold: value(
+                    &od.failure_percentage_threshold.as_ref().map(|v| v.value),
+                    failure_defaults.threshold,
+                ),
+                enforcement_percentage: enforcing_failure_percentage,
+                minimum_hosts: value(
+                    &od.failure_percentage_minimum_hosts
+                        .as_ref()
+                        .map(|v| v.value),
+                    failure_defaults.minimum_hosts,
+                ),
+                request_volume: value(
+                    &od.failure_percentage_request_volume
+                        .as_ref()
+                        .map(|v| v.value),
+                    failure_defaults.request_volume,
+                ),
+            }
+        }),
+    };
+    // A50 checks these whether or not their algorithm is on.
+    for (field, v) in [
+        ("max_ejection_percent", config.max_ejection_percent),
+        ("enforcing_success_rate", enforcing_success_rate),
+        (
+            "failure_percentage_threshold",
+            od.failure_percentage_threshold
+                .as_ref()
+                .map_or(0, |v| v.value),
+        ),
+        ("enforcing_failure_percentage", enforcing_failure_percentage),
+    ] {
+        if v > 100 {
+            c.at(field, |c| c.fail_value(v, "must be at most 100"));
+            ok = false;
+        }
+    }
+    ok.then_some(config)
 }
 
 /// `max_requests` of the first DEFAULT-priority threshold, as gRPC reads it.
