@@ -956,12 +956,16 @@ impl Kind {
     /// measured: tonic over the same endpoints for the channels, the same
     /// channel without the session filter and jar for sessions, round robin
     /// for least_request.
-    fn like_for_like(self) -> Option<Kind> {
+    fn like_for_like(self, concurrency: usize) -> Option<Kind> {
         match self {
             Kind::Plain => None,
             Kind::Balance | Kind::TetherOne => Some(Kind::Plain),
             Kind::TetherStatic | Kind::TetherXds => Some(Kind::Balance),
             Kind::TetherSession => Some(Kind::TetherOne),
+            // One calling task is one session, pinned to one endpoint: its
+            // calls take the path of the channel over one endpoint, not
+            // round robin's over three.
+            Kind::TetherSessions if concurrency == 1 => Some(Kind::TetherOne),
             Kind::TetherSessions => Some(Kind::TetherStatic),
             Kind::TetherLeastRequest => Some(Kind::TetherStatic),
         }
@@ -1254,7 +1258,7 @@ impl Summary {
             };
             for r in &self.rows {
                 let (tput, p99) = ratios(r, Some(Kind::Plain));
-                let like = r.kind.like_for_like();
+                let like = r.kind.like_for_like(r.concurrency);
                 let (like_tput, like_p99) = ratios(r, like);
                 println!(
                     "| {} | {} | {:.0} | {} | {} | {:.2} | {:.2} | {} | {:.2} | {:.2} |",
