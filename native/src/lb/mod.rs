@@ -21,12 +21,15 @@
 //! subchannel's connectivity state, a timer or a request to leave IDLE, and
 //! publishes an immutable [`Picker`] that RPCs read without a lock.
 //!
-//! One module per policy, each with its config, its picker and the policy.
+//! One module per policy, each with its config, its picker and the policy;
+//! `endpoint_list` holds the endpoint bookkeeping `round_robin` and
+//! `least_request` share.
 
 mod aggregate;
 pub mod cds;
 pub mod cluster_impl;
 pub mod cluster_manager;
+mod endpoint_list;
 pub mod least_request;
 pub mod outlier_detection;
 pub mod override_host;

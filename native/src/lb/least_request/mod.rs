@@ -1,5 +1,6 @@
 //! `least_request` (gRFC A48): every endpoint connected, as `round_robin`
-//! connects them (each through a pick_first [`AddressList`], gRFC A61); each
+//! connects them (each through a pick_first
+//! [`AddressList`](super::pick_first::AddressList), gRFC A61); each
 //! call goes to the endpoint with the fewest calls outstanding among
 //! `choice_count` drawn at random from the READY ones.
 //!
@@ -19,16 +20,13 @@ mod picker;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tonic::Status;
-
-use super::pick_first::AddressList;
+use super::endpoint_list::EndpointList;
 use super::{
-    queue_picker, ConnectivityState, Ctx, EndpointAddresses, Event, FailPicker, LbConfig, LbPolicy,
-    PolicyStats, SharedPicker, Subchannel, SubchannelId,
+    ConnectivityState, Ctx, EndpointAddresses, Event, LbConfig, LbPolicy, PolicyStats, SharedPicker,
 };
 pub use picker::{LeastRequestPicker, Outstanding, ReadyEndpoint};
 
@@ -65,26 +63,12 @@ impl Config {
     }
 }
 
-/// One endpoint: its address list and its outstanding-call counter.
-#[derive(Debug)]
-struct Endpoint {
-    list: AddressList,
-    outstanding: Arc<Outstanding>,
-}
-
 /// The `least_request` policy.
 #[derive(Debug)]
 pub struct LeastRequest {
-    endpoints: Vec<Endpoint>,
+    /// The endpoints, each with its outstanding-call counter.
+    endpoints: EndpointList<Arc<Outstanding>>,
     choice_count: u32,
-    /// Which endpoints hold each subchannel, so that a state change costs
-    /// what that subchannel's endpoints cost.
-    by_subchannel: HashMap<SubchannelId, Vec<usize>>,
-    /// Endpoints READY and in TRANSIENT_FAILURE, kept as their states change.
-    ready: usize,
-    failing: usize,
-    state: Option<ConnectivityState>,
-    picker: Option<SharedPicker>,
 }
 
 impl Default for LeastRequest {
@@ -97,82 +81,28 @@ impl LeastRequest {
     /// A policy with no endpoints yet.
     pub fn new() -> Self {
         LeastRequest {
-            endpoints: Vec::new(),
+            endpoints: EndpointList::default(),
             choice_count: DEFAULT_CHOICE_COUNT,
-            by_subchannel: HashMap::new(),
-            ready: 0,
-            failing: 0,
-            state: None,
-            picker: None,
         }
     }
 
-    fn tally(&mut self, state: ConnectivityState, add: bool) {
-        let counter = match state {
-            ConnectivityState::Ready => &mut self.ready,
-            ConnectivityState::TransientFailure => &mut self.failing,
-            _ => return,
-        };
-        if add {
-            *counter += 1;
-        } else {
-            *counter -= 1;
-        }
-    }
-
-    /// The aggregate state: READY, else CONNECTING while an endpoint is not
-    /// failing, else TRANSIENT_FAILURE.
-    fn aggregate(&self) -> ConnectivityState {
-        if self.ready > 0 {
-            ConnectivityState::Ready
-        } else if self.failing < self.endpoints.len() {
-            ConnectivityState::Connecting
-        } else {
-            ConnectivityState::TransientFailure
-        }
-    }
-
-    /// Recomputes state and picker; returns whether either changed. A READY
-    /// picker is rebuilt only when the READY set changed.
+    /// Recomputes state and picker; returns whether either changed.
     fn refresh(&mut self, ready_changed: bool) -> bool {
-        let state = self.aggregate();
-        if Some(state) == self.state && !(state == ConnectivityState::Ready && ready_changed) {
-            return false;
-        }
-        let picker: SharedPicker = match state {
-            ConnectivityState::Ready => Arc::new(LeastRequestPicker::new(
-                self.endpoints
+        let choice_count = self.choice_count;
+        self.endpoints.refresh(ready_changed, |endpoints| {
+            Arc::new(LeastRequestPicker::new(
+                endpoints
                     .iter()
                     .filter_map(|e| {
                         e.list.selected().map(|sc| ReadyEndpoint {
                             subchannel: sc.clone(),
-                            outstanding: e.outstanding.clone(),
+                            outstanding: e.data.clone(),
                         })
                     })
                     .collect(),
-                self.choice_count,
-            )),
-            ConnectivityState::TransientFailure => {
-                let message = if self.endpoints.is_empty() {
-                    "empty address list".to_owned()
-                } else {
-                    let last = self
-                        .endpoints
-                        .iter()
-                        .rev()
-                        .find_map(|e| e.list.last_error());
-                    format!(
-                        "connections to all backends failing; last error: {}",
-                        last.unwrap_or("unknown")
-                    )
-                };
-                Arc::new(FailPicker(Status::unavailable(message)))
-            }
-            _ => queue_picker(),
-        };
-        self.state = Some(state);
-        self.picker = Some(picker);
-        true
+                choice_count,
+            ))
+        })
     }
 }
 
@@ -182,74 +112,39 @@ impl LbPolicy for LeastRequest {
             return false;
         };
         self.choice_count = config.effective_choice_count();
-        // Endpoints that stay keep their lists and counters.
-        let mut old: HashMap<Vec<SocketAddr>, Endpoint> = std::mem::take(&mut self.endpoints)
-            .into_iter()
-            .map(|e| (e.list.addresses().collect(), e))
-            .collect();
+        // Endpoints that stay keep their lists and counters; a repeated
+        // endpoint is the first one, and an empty one is no endpoint.
         let mut seen: HashSet<&[SocketAddr]> = HashSet::new();
-        for e in &config.endpoints {
-            if e.addresses.is_empty() || !seen.insert(&e.addresses) {
-                continue;
-            }
-            let endpoint = old.remove(&e.addresses).unwrap_or_else(|| Endpoint {
-                list: AddressList::new(ctx, &e.addresses),
-                outstanding: Arc::new(Outstanding::new()),
-            });
-            self.endpoints.push(endpoint);
-        }
-        self.by_subchannel.clear();
-        (self.ready, self.failing) = (0, 0);
-        for i in 0..self.endpoints.len() {
-            let state = self.endpoints[i].list.state();
-            self.tally(state, true);
-            for sc in self.endpoints[i].list.subchannels() {
-                self.by_subchannel.entry(sc.id()).or_default().push(i);
-            }
-        }
-        self.state = None;
+        self.endpoints.update(
+            ctx,
+            config
+                .endpoints
+                .iter()
+                .map(|e| e.addresses.as_slice())
+                .filter(|a| !a.is_empty() && seen.insert(*a)),
+            || Arc::new(Outstanding::new()),
+        );
         self.refresh(true)
     }
 
     fn event(&mut self, _: &mut Ctx<'_>, event: &Event) -> bool {
-        let Event::Subchannel(id, _, state) = *event else {
-            return false;
-        };
-        let Some(indices) = self.by_subchannel.get(&id).cloned() else {
-            return false;
-        };
-        let (mut changed, mut ready_changed) = (false, false);
-        for i in indices {
-            let list = &mut self.endpoints[i].list;
-            let before = list.state();
-            let selected = list.selected().map(Subchannel::id);
-            if list.subchannel_state(id, state) {
-                let after = list.state();
-                ready_changed |= list.selected().map(Subchannel::id) != selected;
-                self.tally(before, false);
-                self.tally(after, true);
-                changed = true;
-            }
-        }
-        changed && self.refresh(ready_changed)
+        self.endpoints
+            .event(event)
+            .is_some_and(|ready_changed| self.refresh(ready_changed))
     }
 
     fn state(&self) -> ConnectivityState {
-        self.state.unwrap_or(ConnectivityState::Connecting)
+        self.endpoints.state()
     }
 
     fn picker(&self) -> SharedPicker {
-        self.picker.clone().unwrap_or_else(queue_picker)
+        self.endpoints.picker()
     }
 
     fn stats(&self) -> PolicyStats {
-        let ready = self
-            .endpoints
-            .iter()
-            .filter(|e| e.list.selected().is_some())
-            .count();
         let outstanding: Vec<String> = self
             .endpoints
+            .endpoints()
             .iter()
             .map(|e| {
                 let first = e
@@ -257,7 +152,7 @@ impl LbPolicy for LeastRequest {
                     .addresses()
                     .next()
                     .map_or_else(String::new, |a| a.to_string());
-                format!("{first}={}", e.outstanding.get())
+                format!("{first}={}", e.data.get())
             })
             .collect();
         PolicyStats {
@@ -265,18 +160,11 @@ impl LbPolicy for LeastRequest {
             name: None,
             state: self.state(),
             facts: vec![
-                (
-                    "ready".to_owned(),
-                    format!("{ready}/{}", self.endpoints.len()),
-                ),
+                ("ready".to_owned(), self.endpoints.ready_fact()),
                 ("choice_count".to_owned(), self.choice_count.to_string()),
                 ("outstanding".to_owned(), outstanding.join(" ")),
             ],
-            endpoints: self
-                .endpoints
-                .iter()
-                .flat_map(|e| e.list.subchannels().iter().map(Subchannel::stats))
-                .collect(),
+            endpoints: self.endpoints.subchannel_stats(),
             sessions: Vec::new(),
             children: Vec::new(),
         }

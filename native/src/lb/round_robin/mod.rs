@@ -1,5 +1,6 @@
 //! `round_robin`: every endpoint connected (each through a pick_first
-//! [`AddressList`], gRFC A61), calls spread over the READY ones in turn.
+//! [`AddressList`](super::pick_first::AddressList), gRFC A61), calls spread
+//! over the READY ones in turn.
 //!
 //! State: READY if any endpoint is; else CONNECTING while any endpoint is
 //! connecting or idle; else TRANSIENT_FAILURE (each endpoint stays failed
@@ -7,15 +8,11 @@
 
 mod picker;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use tonic::Status;
-
-use super::pick_first::AddressList;
+use super::endpoint_list::EndpointList;
 use super::{
-    queue_picker, ConnectivityState, Ctx, EndpointAddresses, Event, FailPicker, LbConfig, LbPolicy,
-    PolicyStats, SharedPicker, Subchannel, SubchannelId,
+    ConnectivityState, Ctx, EndpointAddresses, Event, LbConfig, LbPolicy, PolicyStats, SharedPicker,
 };
 pub use picker::RoundRobinPicker;
 
@@ -29,15 +26,9 @@ pub struct Config {
 /// The `round_robin` policy.
 #[derive(Debug, Default)]
 pub struct RoundRobin {
-    endpoints: Vec<AddressList>,
-    /// Which endpoints hold each subchannel, so that a state change costs
-    /// what that subchannel's endpoints cost, not all of them.
-    by_subchannel: HashMap<SubchannelId, Vec<usize>>,
-    /// Endpoints READY and in TRANSIENT_FAILURE, kept as their states change.
-    ready: usize,
-    failing: usize,
-    state: Option<ConnectivityState>,
-    picker: Option<SharedPicker>,
+    /// Every endpoint, including empty and repeated ones (each its own
+    /// endpoint, as the config lists them); nothing kept beside them.
+    endpoints: EndpointList<()>,
 }
 
 impl RoundRobin {
@@ -46,60 +37,16 @@ impl RoundRobin {
         RoundRobin::default()
     }
 
-    fn count(&mut self, state: ConnectivityState, add: bool) {
-        let counter = match state {
-            ConnectivityState::Ready => &mut self.ready,
-            ConnectivityState::TransientFailure => &mut self.failing,
-            _ => return,
-        };
-        if add {
-            *counter += 1;
-        } else {
-            *counter -= 1;
-        }
-    }
-
-    /// Recomputes state and picker; returns whether either changed. The
-    /// picker is rebuilt only when the state or the READY set changed.
+    /// Recomputes state and picker; returns whether either changed.
     fn refresh(&mut self, ready_changed: bool) -> bool {
-        let state = if self.ready > 0 {
-            ConnectivityState::Ready
-        } else if self.failing < self.endpoints.len() {
-            ConnectivityState::Connecting
-        } else {
-            ConnectivityState::TransientFailure
-        };
-        if Some(state) == self.state && !(state == ConnectivityState::Ready && ready_changed) {
-            return false;
-        }
-        let picker: SharedPicker = match state {
-            ConnectivityState::Ready => Arc::new(RoundRobinPicker::new(
-                self.endpoints
+        self.endpoints.refresh(ready_changed, |endpoints| {
+            Arc::new(RoundRobinPicker::new(
+                endpoints
                     .iter()
-                    .filter_map(|e| e.selected().cloned())
+                    .filter_map(|e| e.list.selected().cloned())
                     .collect(),
-            )),
-            ConnectivityState::TransientFailure => {
-                let last = self
-                    .endpoints
-                    .iter()
-                    .rev()
-                    .find_map(|e| e.last_error())
-                    .map(str::to_owned);
-                let message = match (self.endpoints.is_empty(), last) {
-                    (true, _) => "empty address list".to_owned(),
-                    (false, last) => format!(
-                        "connections to all backends failing; last error: {}",
-                        last.as_deref().unwrap_or("unknown")
-                    ),
-                };
-                Arc::new(FailPicker(Status::unavailable(message)))
-            }
-            _ => queue_picker(),
-        };
-        self.state = Some(state);
-        self.picker = Some(picker);
-        true
+            ))
+        })
     }
 }
 
@@ -108,56 +55,26 @@ impl LbPolicy for RoundRobin {
         let LbConfig::RoundRobin(config) = config else {
             return false;
         };
-        let mut old = AddressList::by_addresses(std::mem::take(&mut self.endpoints));
-        self.endpoints = config
-            .endpoints
-            .iter()
-            .map(|e| {
-                old.remove(&e.addresses)
-                    .unwrap_or_else(|| AddressList::new(ctx, &e.addresses))
-            })
-            .collect();
-        self.by_subchannel.clear();
-        (self.ready, self.failing) = (0, 0);
-        for i in 0..self.endpoints.len() {
-            let state = self.endpoints[i].state();
-            self.count(state, true);
-            for sc in self.endpoints[i].subchannels() {
-                self.by_subchannel.entry(sc.id()).or_default().push(i);
-            }
-        }
-        self.state = None;
+        self.endpoints.update(
+            ctx,
+            config.endpoints.iter().map(|e| e.addresses.as_slice()),
+            || (),
+        );
         self.refresh(true)
     }
 
     fn event(&mut self, _: &mut Ctx<'_>, event: &Event) -> bool {
-        let Event::Subchannel(id, _, state) = *event else {
-            return false;
-        };
-        let Some(indices) = self.by_subchannel.get(&id).cloned() else {
-            return false;
-        };
-        let (mut changed, mut ready_changed) = (false, false);
-        for i in indices {
-            let before = self.endpoints[i].state();
-            let selected = self.endpoints[i].selected().map(Subchannel::id);
-            if self.endpoints[i].subchannel_state(id, state) {
-                let after = self.endpoints[i].state();
-                self.count(before, false);
-                self.count(after, true);
-                changed = true;
-                ready_changed |= self.endpoints[i].selected().map(Subchannel::id) != selected;
-            }
-        }
-        changed && self.refresh(ready_changed)
+        self.endpoints
+            .event(event)
+            .is_some_and(|ready_changed| self.refresh(ready_changed))
     }
 
     fn state(&self) -> ConnectivityState {
-        self.state.unwrap_or(ConnectivityState::Connecting)
+        self.endpoints.state()
     }
 
     fn picker(&self) -> SharedPicker {
-        self.picker.clone().unwrap_or_else(queue_picker)
+        self.endpoints.picker()
     }
 
     fn stats(&self) -> PolicyStats {
@@ -165,22 +82,8 @@ impl LbPolicy for RoundRobin {
             policy: "round_robin",
             name: None,
             state: self.state(),
-            facts: vec![(
-                "ready".to_owned(),
-                format!(
-                    "{}/{}",
-                    self.endpoints
-                        .iter()
-                        .filter(|e| e.selected().is_some())
-                        .count(),
-                    self.endpoints.len()
-                ),
-            )],
-            endpoints: self
-                .endpoints
-                .iter()
-                .flat_map(|e| e.subchannels().iter().map(Subchannel::stats))
-                .collect(),
+            facts: vec![("ready".to_owned(), self.endpoints.ready_fact())],
+            endpoints: self.endpoints.subchannel_stats(),
             sessions: Vec::new(),
             children: Vec::new(),
         }
