@@ -69,7 +69,8 @@ test("CLI-minted cookies decode in JavaScript and re-encode byte-identically", (
     assert.equal(again, minted.value, `${JSON.stringify(c)}`);
 
     const spec = { name: "s", path: "/", ttl: `${c.ttl ?? 0}s` };
-    const style = c.format === "grpc" ? "grpc" : "envoy";
+    // Envoy's style for its own format; C-core's bare one for grpc and legacy.
+    const style = c.format === "envoy" ? "envoy" : "grpc";
     assert.equal(renderSetCookie(spec, minted.value, style), minted.set_cookie);
 
     const lookup = sessionFromCookieHeader(`a=b; s=${minted.value}`, { cookie: spec, format: c.format, keys: c.key ? keys : undefined }, { now: NOW });

@@ -633,21 +633,33 @@ fn tether_plugin_cookie_in_grpc_format_honoured_by_grpcio() {
     });
 }
 
-/// The plugin writing `format: legacy` (`ip:port` alone) does not make it
-/// work: stock Envoy honours that cookie, but tether writes it quoted, as
-/// Envoy writes its own, and C-core refuses a quoted value.
+/// The plugin writing `format: legacy` (`ip:port` alone, the value bare as
+/// C-core writes values) makes one cookie every peer reads: stock Envoy
+/// honours it as is, C-core too (and adds the cluster once, A60), which it
+/// would not with a quoted value.
 #[test]
-fn tether_plugin_cookie_in_legacy_format_honoured_by_envoy_native_not_by_grpcio() {
+fn tether_plugin_cookie_in_legacy_format_honoured_by_envoy_native_and_grpcio() {
     run(async {
         let s = stage().await;
         let session = s.mint(Minter::Plugin, Format::Legacy).await;
         assert!(
-            session.cookie.value.starts_with('"'),
+            !session.cookie.value.starts_with('"'),
             "{}",
             session.cookie.header
         );
         s.honours(Reader::Native, &session, false).await;
-        s.ignores(Reader::CCore, &session).await;
+        // C-core's client here keeps no cookie, so C-core adds the cluster on
+        // every response; each call still lands on the cookie's backend, and
+        // each new cookie names that backend and the cluster (A60).
+        let replies = s.read(Reader::CCore, &session.header(), CALLS, true).await;
+        assert_eq!(replies.len(), CALLS);
+        for r in &replies {
+            assert_eq!(r.backend, session.backend, "{}", session.cookie.header);
+            for m in &r.set {
+                assert_eq!(m.address(), session.cookie.address(), "{}", m.header);
+                assert_eq!(m.decoded.cookie.cluster.as_deref(), Some(CLUSTER));
+            }
+        }
     });
 }
 

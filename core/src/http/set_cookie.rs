@@ -30,12 +30,14 @@ pub enum Style {
 }
 
 impl Style {
-    /// The style that goes with a cookie format: C-core's for `grpc` (the
-    /// peer that reads it), Envoy's for `envoy` and `legacy`.
+    /// The style that goes with a cookie format: Envoy's for `envoy` (the
+    /// peer that writes it), C-core's for `grpc`, and C-core's bare value for
+    /// `legacy`, the one format all four peers read: Envoy's filter takes a
+    /// value quoted or not, C-core refuses a quoted one.
     pub fn for_format(format: Format) -> Style {
         match format {
-            Format::Grpc => Style::Grpc,
-            Format::Envoy | Format::Legacy => Style::Envoy,
+            Format::Grpc | Format::Legacy => Style::Grpc,
+            Format::Envoy => Style::Envoy,
         }
     }
 }
@@ -324,7 +326,7 @@ mod tests {
     fn style_follows_the_format_reader() {
         assert_eq!(Style::for_format(Format::Grpc), Style::Grpc);
         assert_eq!(Style::for_format(Format::Envoy), Style::Envoy);
-        assert_eq!(Style::for_format(Format::Legacy), Style::Envoy);
+        assert_eq!(Style::for_format(Format::Legacy), Style::Grpc);
     }
 
     #[test]
