@@ -321,3 +321,30 @@ async fn a_priority_that_does_not_connect_in_10_s_fails_over() {
     );
     hold.abort();
 }
+
+/// Happy eyeballs (gRFC A61) over one endpoint's addresses: the first
+/// refuses, so the second starts at once and serves. A connect that hangs
+/// cannot be made on loopback; the Connection Attempt Delay is covered by
+/// pick_first's unit tests on a paused clock.
+#[tokio::test]
+async fn pick_first_moves_past_a_refusing_address_of_an_endpoint() {
+    let b = GrpcBackend::start("b").await;
+    let mut endpoint = StaticEndpoint::new(refused_addr());
+    endpoint.addresses.push(b.addr());
+    for policy in [
+        EndpointPolicy::PickFirst { shuffle: false },
+        EndpointPolicy::RoundRobin,
+    ] {
+        let channel = Channel::from_static(StaticConfig {
+            cluster: "pf-he".into(),
+            endpoints: vec![endpoint.clone()],
+            policy,
+            session: None,
+        })
+        .unwrap();
+        let started = std::time::Instant::now();
+        assert_eq!(echo(&channel, "x").await.unwrap(), "b");
+        // The refusal moves on at once, without waiting out the delay.
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+}

@@ -89,7 +89,7 @@ impl<T> EndpointList<T> {
     /// forgotten: [`EndpointList::refresh`] must follow.
     pub fn update<'a>(
         &mut self,
-        ctx: &Ctx<'_>,
+        ctx: &mut Ctx<'_>,
         addresses: impl IntoIterator<Item = &'a [SocketAddr]>,
         mut new: impl FnMut() -> T,
     ) {
@@ -115,26 +115,41 @@ impl<T> EndpointList<T> {
         self.state = None;
     }
 
-    /// Takes a subchannel's new state to the endpoints that hold it: `None`
-    /// if the event is not a subchannel's or no endpoint's state or chosen
-    /// subchannel changed, else whether a chosen subchannel did (the READY
-    /// set a picker holds), for [`EndpointList::refresh`].
-    pub fn event(&mut self, event: &Event) -> Option<bool> {
-        let Event::Subchannel(id, _, state) = *event else {
-            return None;
-        };
-        let indices = self.by_subchannel.get(&id)?;
+    /// Takes a subchannel's new state to the endpoints that hold it, or a
+    /// timer to the endpoint whose Connection Attempt Delay it is: `None`
+    /// if no endpoint's state or chosen subchannel changed, else whether a
+    /// chosen subchannel did (the READY set a picker holds), for
+    /// [`EndpointList::refresh`].
+    pub fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> Option<bool> {
         let (mut changed, mut ready_changed) = (false, false);
-        for &i in indices {
-            let list = &mut self.endpoints[i].list;
+        let mut apply = |list: &mut AddressList,
+                         tally: &mut Tally,
+                         f: &mut dyn FnMut(&mut AddressList) -> bool| {
             let before = list.state();
             let selected = list.selected().map(Subchannel::id);
-            if list.subchannel_state(id, state) {
-                self.tally.count(before, false);
-                self.tally.count(list.state(), true);
+            if f(list) {
+                tally.count(before, false);
+                tally.count(list.state(), true);
                 changed = true;
                 ready_changed |= list.selected().map(Subchannel::id) != selected;
             }
+        };
+        match *event {
+            Event::Subchannel(id, _, state) => {
+                let indices = self.by_subchannel.get(&id)?;
+                for &i in indices {
+                    apply(&mut self.endpoints[i].list, &mut self.tally, &mut |l| {
+                        l.subchannel_state(ctx, id, state)
+                    });
+                }
+            }
+            Event::Timer(token) => {
+                // Timers are few; each endpoint checks its own token.
+                for e in &mut self.endpoints {
+                    apply(&mut e.list, &mut self.tally, &mut |l| l.timer(ctx, token));
+                }
+            }
+            _ => return None,
         }
         changed.then_some(ready_changed)
     }

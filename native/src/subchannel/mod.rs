@@ -342,6 +342,19 @@ impl Subchannel {
         }
     }
 
+    /// Whether a connection was requested and not yet taken up (tests of
+    /// policies over subchannels that have no task to take it up).
+    #[cfg(test)]
+    pub(crate) fn connection_requested(&self) -> bool {
+        self.shared().state.load(Ordering::Acquire) & REQUESTED != 0
+    }
+
+    /// Clears a pending request, as a task taking it up would.
+    #[cfg(test)]
+    pub(crate) fn take_connection_request(&self) -> bool {
+        self.shared().state.fetch_and(!REQUESTED, Ordering::AcqRel) & REQUESTED != 0
+    }
+
     /// The connection, only while READY.
     pub fn connection(&self) -> Option<Connection> {
         self.shared().connection.load().as_deref().cloned()

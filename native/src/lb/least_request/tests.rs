@@ -320,6 +320,13 @@ fn duplicate_endpoints_are_one_endpoint() {
 
 #[test]
 fn an_endpoint_with_several_addresses_is_picked_on_the_one_connected() {
+    // Connection Attempt Delay timers need a runtime; never driven, it
+    // runs neither them nor the subchannels' tasks.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _enter = rt.enter();
     let mut h = Harness::new();
     h.update_config(Config {
         endpoints: vec![endpoint(&[A, B])],

@@ -1,5 +1,8 @@
 //! `pick_first` (gRFC A62): try an address list in order and stay on the
-//! first address that connects.
+//! first address that connects. The endpoints are shuffled first when
+//! `shuffle_address_list` is set, then flattened, and the first pass is
+//! gRFC A61's happy eyeballs (families interleaved, a new attempt every
+//! [`CONNECTION_ATTEMPT_DELAY`] while earlier ones go on).
 //!
 //! [`AddressList`] is the state machine, shared with `round_robin`, which
 //! runs one per endpoint (gRFC A61: an endpoint with several addresses
@@ -14,13 +17,16 @@
 //! connection closes, as gRPC's pick_first does.
 
 mod picker;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use super::{
     ConnectivityState, Ctx, EndpointAddresses, Event, LbConfig, LbPolicy, PolicyStats,
-    SharedPicker, Subchannel, SubchannelId,
+    SharedPicker, Subchannel, SubchannelId, Timer, TimerToken,
 };
 pub use picker::PickFirstPicker;
 
@@ -34,14 +40,54 @@ pub struct Config {
     pub shuffle: bool,
 }
 
-/// One address list being connected: the subchannels, which one is being
-/// tried, and which one was chosen.
+/// gRFC A61's Connection Attempt Delay (RFC 8305's default): how long one
+/// attempt of the first pass runs alone before the next address starts
+/// beside it.
+pub const CONNECTION_ATTEMPT_DELAY: Duration = Duration::from_millis(250);
+
+/// The order of a first pass over `addresses` (RFC 8305 section 4, as gRFC
+/// A61 asks): the two families alternate, starting with the first
+/// address's, each keeping its own order.
+pub fn interleave_families(addresses: &[SocketAddr]) -> Vec<usize> {
+    let first_v6 = addresses.first().is_some_and(SocketAddr::is_ipv6);
+    let (mut same, mut other): (Vec<usize>, Vec<usize>) =
+        (0..addresses.len()).partition(|&i| addresses[i].is_ipv6() == first_v6);
+    same.reverse();
+    other.reverse();
+    let mut order = Vec::with_capacity(addresses.len());
+    // Each round takes at least one index, so `len` rounds take them all.
+    for _ in 0..addresses.len() {
+        order.extend(same.pop());
+        order.extend(other.pop());
+    }
+    order
+}
+
+/// One address list being connected: the subchannels, the first pass's
+/// progress, and which one was chosen.
+///
+/// The first pass is gRFC A61's happy eyeballs: an attempt starts on the
+/// first address (in [`interleave_families`] order); when it fails, or has
+/// not finished after [`CONNECTION_ATTEMPT_DELAY`], the next starts while
+/// the earlier ones go on. The first to be READY is chosen, and the others'
+/// outcomes are ignored (a subchannel is shared through the pool, so its
+/// attempt runs to its end, as C-core's shared subchannels do). Once every
+/// address has failed, the list is TRANSIENT_FAILURE (sticky, gRFC A62) and
+/// every address reconnects as its backoff ends.
 #[derive(Debug)]
 pub struct AddressList {
     subchannels: Vec<Subchannel>,
     states: Vec<ConnectivityState>,
-    /// Index being tried in the current pass; `len` once a pass failed.
-    attempting: usize,
+    /// Indices into `subchannels` in the order the first pass tries them.
+    order: Vec<usize>,
+    /// The position in `order` of the next address the pass starts.
+    next: usize,
+    /// Which subchannels failed during the current pass.
+    failed: Vec<bool>,
+    /// The first pass failed: every address reconnects when IDLE.
+    retrying: bool,
+    /// The Connection Attempt Delay of the latest attempt.
+    timer: Option<Timer>,
     selected: Option<usize>,
     state: ConnectivityState,
     last_error: Option<String>,
@@ -51,21 +97,29 @@ pub struct AddressList {
 }
 
 impl AddressList {
-    /// Subchannels for `addresses` (shared through the pool) and a first
-    /// connection attempt, unless one is READY already.
-    pub fn new(ctx: &Ctx<'_>, addresses: &[SocketAddr]) -> Self {
+    fn with_state(ctx: &Ctx<'_>, addresses: &[SocketAddr], state: ConnectivityState) -> Self {
         let subchannels: Vec<Subchannel> = addresses.iter().map(|a| ctx.subchannel(*a)).collect();
         let states = subchannels.iter().map(Subchannel::state).collect();
-        let mut list = AddressList {
+        AddressList {
+            order: interleave_families(addresses),
+            failed: vec![false; subchannels.len()],
+            next: 0,
+            retrying: false,
+            timer: None,
             subchannels,
             states,
-            attempting: 0,
             selected: None,
-            state: ConnectivityState::Connecting,
+            state,
             last_error: None,
-            lazy: false,
-        };
-        list.start();
+            lazy: state == ConnectivityState::Idle,
+        }
+    }
+
+    /// Subchannels for `addresses` (shared through the pool) and a first
+    /// connection attempt, unless one is READY already.
+    pub fn new(ctx: &mut Ctx<'_>, addresses: &[SocketAddr]) -> Self {
+        let mut list = Self::with_state(ctx, addresses, ConnectivityState::Connecting);
+        list.start(ctx);
         list
     }
 
@@ -74,32 +128,22 @@ impl AddressList {
     /// closes (ring_hash connects endpoints only when picks need them).
     /// While IDLE it only notes its subchannels' states.
     pub fn idle(ctx: &Ctx<'_>, addresses: &[SocketAddr]) -> Self {
-        let subchannels: Vec<Subchannel> = addresses.iter().map(|a| ctx.subchannel(*a)).collect();
-        let states = subchannels.iter().map(Subchannel::state).collect();
-        AddressList {
-            subchannels,
-            states,
-            attempting: 0,
-            selected: None,
-            state: ConnectivityState::Idle,
-            last_error: None,
-            lazy: true,
-        }
+        Self::with_state(ctx, addresses, ConnectivityState::Idle)
     }
 
     /// Starts connecting an IDLE list; returns whether it was IDLE.
-    pub fn exit_idle(&mut self) -> bool {
+    pub fn exit_idle(&mut self, ctx: &mut Ctx<'_>) -> bool {
         if self.state != ConnectivityState::Idle {
             return false;
         }
         self.state = ConnectivityState::Connecting;
-        self.start();
+        self.start(ctx);
         true
     }
 
     /// Takes a READY subchannel if there is one (shared subchannels may be
     /// connected already), else starts a pass.
-    fn start(&mut self) {
+    fn start(&mut self, ctx: &mut Ctx<'_>) {
         if let Some(i) = self
             .states
             .iter()
@@ -107,7 +151,7 @@ impl AddressList {
         {
             self.select(i);
         } else {
-            self.start_pass();
+            self.start_pass(ctx);
         }
     }
 
@@ -149,44 +193,91 @@ impl AddressList {
 
     fn select(&mut self, i: usize) {
         self.selected = Some(i);
-        self.attempting = self.subchannels.len();
+        self.next = self.order.len();
+        self.retrying = false;
+        self.timer = None;
         self.state = ConnectivityState::Ready;
     }
 
-    fn start_pass(&mut self) {
+    fn start_pass(&mut self, ctx: &mut Ctx<'_>) {
         self.selected = None;
-        self.attempting = 0;
+        self.next = 0;
+        self.retrying = false;
+        self.failed.fill(false);
         if self.state != ConnectivityState::TransientFailure {
             self.state = ConnectivityState::Connecting;
         }
-        self.try_current();
+        self.advance(ctx);
     }
 
-    /// Asks the address being tried to connect; a failed one (still backing
-    /// off) is skipped.
-    fn try_current(&mut self) {
-        while self.attempting < self.subchannels.len() {
-            match self.states[self.attempting] {
-                ConnectivityState::Idle => {
-                    self.subchannels[self.attempting].request_connection();
-                    return;
-                }
-                ConnectivityState::Connecting => return,
+    /// Starts the pass's next address, with a Connection Attempt Delay
+    /// unless it is the last; one still backing off counts as failed.
+    fn advance(&mut self, ctx: &mut Ctx<'_>) {
+        self.timer = None;
+        while self.next < self.order.len() {
+            let i = self.order[self.next];
+            self.next += 1;
+            match self.states[i] {
                 ConnectivityState::Ready => {
-                    self.select(self.attempting);
+                    self.select(i);
                     return;
                 }
-                ConnectivityState::TransientFailure => self.attempting += 1,
+                ConnectivityState::TransientFailure => {
+                    self.failed[i] = true;
+                    continue;
+                }
+                ConnectivityState::Idle => self.subchannels[i].request_connection(),
+                // Another user's attempt: waited for as if it were ours.
+                ConnectivityState::Connecting => {}
+            }
+            if self.next < self.order.len() {
+                self.timer = Some(ctx.timer(CONNECTION_ATTEMPT_DELAY));
+            }
+            return;
+        }
+        self.end_pass_if_failed();
+    }
+
+    /// Once every address started and failed: sticky TRANSIENT_FAILURE,
+    /// and each address retries as its backoff ends (it reports IDLE).
+    fn end_pass_if_failed(&mut self) {
+        if self.retrying || self.next < self.order.len() || self.failed.contains(&false) {
+            return;
+        }
+        self.retrying = true;
+        self.state = ConnectivityState::TransientFailure;
+        for (sc, state) in self.subchannels.iter().zip(&self.states) {
+            if *state == ConnectivityState::Idle {
+                sc.request_connection();
             }
         }
-        // A whole pass failed: sticky TRANSIENT_FAILURE, and each address
-        // retries as its backoff ends (it reports IDLE).
-        self.state = ConnectivityState::TransientFailure;
+    }
+
+    /// The latest attempt of the pass: where a failure moves on from.
+    fn latest(&self) -> Option<usize> {
+        self.next.checked_sub(1).map(|p| self.order[p])
+    }
+
+    /// A timer fired: if it is this list's Connection Attempt Delay, the
+    /// next address starts. Returns whether the list's state or chosen
+    /// subchannel changed.
+    pub fn timer(&mut self, ctx: &mut Ctx<'_>, token: TimerToken) -> bool {
+        if self.timer.as_ref().is_none_or(|t| t.token() != token) {
+            return false;
+        }
+        let before = (self.state, self.selected);
+        self.advance(ctx);
+        before != (self.state, self.selected)
     }
 
     /// A subchannel changed state; returns whether the list's state or
     /// chosen subchannel changed.
-    pub fn subchannel_state(&mut self, id: SubchannelId, state: ConnectivityState) -> bool {
+    pub fn subchannel_state(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: SubchannelId,
+        state: ConnectivityState,
+    ) -> bool {
         let Some(i) = self.subchannels.iter().position(|s| s.id() == id) else {
             return false;
         };
@@ -206,27 +297,32 @@ impl AddressList {
             Some(sel) if sel == i && state != ConnectivityState::Ready && self.lazy => {
                 // The chosen connection went away: IDLE until asked again.
                 self.selected = None;
-                self.attempting = 0;
+                self.next = 0;
                 self.state = ConnectivityState::Idle;
             }
             Some(sel) if sel == i && state != ConnectivityState::Ready => {
                 // The chosen connection went away: a new pass.
                 self.state = ConnectivityState::Connecting;
-                self.start_pass();
+                self.start_pass(ctx);
             }
             Some(_) => {}
             None => match state {
                 ConnectivityState::Ready => self.select(i),
-                ConnectivityState::TransientFailure if i == self.attempting => {
-                    self.attempting += 1;
-                    self.try_current();
+                ConnectivityState::TransientFailure if !self.retrying => {
+                    self.failed[i] = true;
+                    if self.latest() == Some(i) {
+                        // No need to wait out the delay.
+                        self.advance(ctx);
+                    } else {
+                        self.end_pass_if_failed();
+                    }
                 }
                 ConnectivityState::Idle => {
-                    if self.attempting >= self.subchannels.len() {
-                        // After a failed pass every address retries on its own.
+                    let started = self.order[..self.next].contains(&i);
+                    if self.retrying || (started && !self.failed[i]) {
+                        // Retrying, or an attempt of this pass lost its
+                        // connection; failed ones wait for the pass's end.
                         self.subchannels[i].request_connection();
-                    } else if i == self.attempting {
-                        self.try_current();
                     }
                 }
                 _ => {}
@@ -287,14 +383,15 @@ impl LbPolicy for PickFirst {
         true
     }
 
-    fn event(&mut self, _: &mut Ctx<'_>, event: &Event) -> bool {
-        let Event::Subchannel(id, _, state) = *event else {
+    fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
+        let Some(list) = self.list.as_mut() else {
             return false;
         };
-        let changed = self
-            .list
-            .as_mut()
-            .is_some_and(|l| l.subchannel_state(id, state));
+        let changed = match *event {
+            Event::Subchannel(id, _, state) => list.subchannel_state(ctx, id, state),
+            Event::Timer(token) => list.timer(ctx, token),
+            _ => false,
+        };
         if changed {
             self.rebuild_picker();
         }

@@ -307,7 +307,7 @@ impl RingHash {
 
     /// Recomputes the state, keeps one connection attempt going while
     /// CONNECTING or TRANSIENT_FAILURE, and publishes a new picker.
-    fn refresh(&mut self, ctx: &Ctx<'_>) {
+    fn refresh(&mut self, ctx: &mut Ctx<'_>) {
         let before = self.state;
         let Some(table) = &self.table else {
             let message = self.error.as_deref().unwrap_or("ring_hash: no endpoints");
@@ -339,7 +339,7 @@ impl RingHash {
                             ctx.target
                         );
                     }
-                    e.exit_idle();
+                    e.exit_idle(ctx);
                 }
                 _ => break counts,
             }
@@ -432,7 +432,7 @@ impl LbPolicy for RingHash {
                 let mut changed = false;
                 for &i in indices {
                     let e = &mut self.endpoints[i];
-                    if e.subchannel_state(id, state) {
+                    if e.subchannel_state(ctx, id, state) {
                         changed = true;
                         if e.state() == ConnectivityState::TransientFailure {
                             self.last_failure = Some(format!(
@@ -451,12 +451,23 @@ impl LbPolicy for RingHash {
                 let Some(&i) = self.by_address.get(&address) else {
                     return false;
                 };
-                if !self.endpoints[i].exit_idle() {
+                if !self.endpoints[i].exit_idle(ctx) {
                     return false;
                 }
                 log::debug!("{}: ring_hash: a pick connects {address}", ctx.target);
                 self.refresh(ctx);
                 true
+            }
+            Event::Timer(token) => {
+                // An endpoint's Connection Attempt Delay: few are running.
+                let mut changed = false;
+                for e in &mut self.endpoints {
+                    changed |= e.timer(ctx, token);
+                }
+                if changed {
+                    self.refresh(ctx);
+                }
+                changed
             }
             _ => false,
         }

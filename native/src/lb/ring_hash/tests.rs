@@ -513,6 +513,13 @@ fn an_endpoint_whose_connection_closes_is_idle_until_a_pick_needs_it() {
 
 #[test]
 fn an_endpoint_is_hashed_by_its_first_address_and_served_by_any() {
+    // Connection Attempt Delay timers need a runtime; never driven, it
+    // runs neither them nor the subchannels' tasks.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let _enter = rt.enter();
     let (primary, secondary) = (addr("10.0.0.1:80"), addr("[2001:db8::1]:80"));
     let mut h = Harness::new();
     h.update(Config {

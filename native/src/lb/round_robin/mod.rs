@@ -63,9 +63,9 @@ impl LbPolicy for RoundRobin {
         self.refresh(true)
     }
 
-    fn event(&mut self, _: &mut Ctx<'_>, event: &Event) -> bool {
+    fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
         self.endpoints
-            .event(event)
+            .event(ctx, event)
             .is_some_and(|ready_changed| self.refresh(ready_changed))
     }
 
