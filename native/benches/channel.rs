@@ -7,12 +7,14 @@
 //!    alive. Goals ≤ 50 ms, ≤ 50 MB.
 //! 2. Picks (divan): through the picker chain the real policies build for
 //!    round robin over three READY subchannels, and a bare round_robin
-//!    picker; the same for least_request (gRFC A48). Goal ≤ 100 ns.
+//!    picker; the same for least_request (gRFC A48) and with
+//!    outlier_detection (gRFC A50) above the chain. Goal ≤ 100 ns.
 //! 3. Unary Echo calls to in-process tonic servers at concurrency 1 and 64:
 //!    plain tonic, tonic `balance_list`, `tether::Channel` static and over
 //!    xDS (tether-control's library in-process). Goals: tether ≥ 0.95 ×
 //!    plain tonic's calls/s, p99 within 10%; least_request ≥ 0.95 × round
-//!    robin's calls/s.
+//!    robin's calls/s; round robin with outlier detection (over xDS) ≥
+//!    0.95 × round robin without it.
 //!
 //! Everything is on 127.0.0.1. Every loop is bounded by a count or a deadline.
 
@@ -25,8 +27,12 @@ use std::time::{Duration, Instant};
 
 use divan::{black_box, Bencher};
 use tether::channel::{EndpointPolicy, StaticConfig, StaticEndpoint};
+use tether::lb::cds;
 use tether::lb::cluster_manager::{self, ClusterManager};
 use tether::lb::least_request::{LeastRequestPicker, Outstanding, ReadyEndpoint};
+use tether::lb::outlier_detection::{
+    FailurePercentageEjection, OutlierDetectionConfig, SuccessRateEjection,
+};
 use tether::lb::round_robin::RoundRobinPicker;
 use tether::lb::{
     CallAttributes, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, PickArgs, PickResult,
@@ -114,7 +120,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "options: --quick | --duration SECS | --warmup SECS | --rounds N | \
---eds-rounds N | --only eds,picker,throughput | --kinds plain,balance,one,static,session,sessions,xds,least_request";
+--eds-rounds N | --only eds,picker,throughput | --kinds plain,balance,one,static,session,sessions,xds,least_request,outlier_detection";
 
 struct Args {
     quick: bool,
@@ -305,6 +311,33 @@ fn cds_config_with(
     }))
 }
 
+/// The outlier detection the benchmark turns on: both algorithms with
+/// gRPC's defaults, so every call is counted; the interval is a second so
+/// that the timer also runs during a measured window.
+fn bench_outlier_detection() -> OutlierDetectionConfig {
+    OutlierDetectionConfig {
+        interval: Duration::from_secs(1),
+        success_rate: Some(SuccessRateEjection::default()),
+        failure_percentage: Some(FailurePercentageEjection::default()),
+        ..OutlierDetectionConfig::default()
+    }
+}
+
+/// `config` with [`bench_outlier_detection`] on every leaf cluster, as
+/// CDS `outlier_detection` sets it (the static config has no such field).
+fn with_outlier_detection(config: LbConfig) -> Result<LbConfig, String> {
+    let LbConfig::ClusterManager(mut cm) = config else {
+        return Err("not a cluster_manager config".into());
+    };
+    for cluster in cm.clusters.values_mut() {
+        let LbConfig::Cds(cds::Config::Leaf(leaf)) = cluster else {
+            return Err("not a leaf cluster".into());
+        };
+        Arc::make_mut(&mut leaf.cluster).outlier_detection = Some(bench_outlier_detection());
+    }
+    Ok(LbConfig::ClusterManager(cm))
+}
+
 /// A pool whose state changes are counted and queued for the tree.
 struct CountingPool {
     pool: SubchannelPool,
@@ -490,6 +523,9 @@ struct PickerFixture {
     least_request_chain: SharedPicker,
     /// A least_request picker over the same three subchannels.
     least_request_bare: SharedPicker,
+    /// The round robin tree with outlier_detection above cluster_impl,
+    /// both algorithms on (each pick adds the endpoint's call counter).
+    outlier_detection_chain: SharedPicker,
     cluster: Arc<str>,
     headers: http::HeaderMap,
     /// A session's call attributes: its cookie names the first backend.
@@ -636,6 +672,7 @@ struct PickFigures {
     bare_ns: f64,
     least_request_chain_ns: f64,
     least_request_bare_ns: f64,
+    outlier_detection_chain_ns: f64,
     override_ns: f64,
     ring_ns: f64,
 }
@@ -655,15 +692,19 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
         1,
         EndpointPolicy::LeastRequest { choice_count: 2 },
     )?;
+    // And with outlier detection: a third tree.
+    let outlier_detection_config = with_outlier_detection(config.clone())?;
     rt.block_on(async {
         let mut p = CountingPool::new(SubchannelOptions::default());
         let mut next_timer = 0;
         let mut root = ClusterManager::new();
         let mut least_request_root = ClusterManager::new();
+        let mut outlier_detection_root = ClusterManager::new();
         {
             let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "picker-bench");
             root.update(&mut ctx, config);
             least_request_root.update(&mut ctx, least_request_config);
+            outlier_detection_root.update(&mut ctx, outlier_detection_config);
         }
         let deadline = tokio::time::Instant::now() + WAIT;
         let mut ready = HashSet::new();
@@ -678,6 +719,7 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
             let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "picker-bench");
             root.event(&mut ctx, &e);
             least_request_root.event(&mut ctx, &e);
+            outlier_detection_root.event(&mut ctx, &e);
         }
         if root.state() != ConnectivityState::Ready {
             return Err(format!("the tree is {}, not READY", root.state()));
@@ -688,10 +730,17 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
                 least_request_root.state()
             ));
         }
+        if outlier_detection_root.state() != ConnectivityState::Ready {
+            return Err(format!(
+                "the outlier_detection tree is {}, not READY",
+                outlier_detection_root.state()
+            ));
+        }
         let subchannels = p.pool.subchannels();
         let fixture = PickerFixture {
             chain: root.picker(),
             least_request_chain: least_request_root.picker(),
+            outlier_detection_chain: outlier_detection_root.picker(),
             least_request_bare: Arc::new(LeastRequestPicker::new(
                 subchannels
                     .iter()
@@ -721,6 +770,19 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
         }
         if seen.len() != 3 || seen.values().any(|n| *n != 100) {
             return Err(format!("300 picks went {seen:?}, not 100 to each of 3"));
+        }
+        // With outlier detection (nothing fails, nothing is ejected): the
+        // same turns.
+        let mut seen = BTreeMap::new();
+        for _ in 0..300 {
+            *seen
+                .entry(pick_once(&*fixture.outlier_detection_chain, &fixture).address())
+                .or_insert(0) += 1;
+        }
+        if seen.len() != 3 || seen.values().any(|n| *n != 100) {
+            return Err(format!(
+                "300 outlier_detection picks went {seen:?}, not 100 to each of 3"
+            ));
         }
         // least_request's calls end at once here: equal counters, random
         // draws, every backend reached.
@@ -797,6 +859,12 @@ fn pick_xds_chain_least_request(bencher: Bencher) {
 }
 
 #[divan::bench]
+fn pick_xds_chain_outlier_detection(bencher: Bencher) {
+    let f = PICKER.get().expect("picker fixture");
+    bencher.bench_local(|| pick_once(&*f.outlier_detection_chain, f).id());
+}
+
+#[divan::bench]
 fn pick_least_request(bencher: Bencher) {
     let f = PICKER.get().expect("picker fixture");
     bencher.bench_local(|| pick_once(&*f.least_request_bare, f).id());
@@ -854,6 +922,9 @@ fn picker_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<Pic
         least_request_bare_ns: median_ns(batches, size, || {
             pick_with(&*f.least_request_bare, f, &plain).id()
         }),
+        outlier_detection_chain_ns: median_ns(batches, size, || {
+            pick_with(&*f.outlier_detection_chain, f, &plain).id()
+        }),
         override_ns: median_ns(batches, size, || pick_with(&*f.chain, f, &f.session).id()),
         ring_ns: median_ns(batches, size, || ring_pick(ring).id()),
     })
@@ -907,10 +978,11 @@ enum Kind {
     TetherSessions,
     TetherXds,
     TetherLeastRequest,
+    TetherOutlierDetection,
 }
 
 impl Kind {
-    const ALL: [Kind; 8] = [
+    const ALL: [Kind; 9] = [
         Kind::Plain,
         Kind::Balance,
         Kind::TetherOne,
@@ -919,6 +991,7 @@ impl Kind {
         Kind::TetherSessions,
         Kind::TetherXds,
         Kind::TetherLeastRequest,
+        Kind::TetherOutlierDetection,
     ];
 
     fn label(self) -> &'static str {
@@ -931,6 +1004,9 @@ impl Kind {
             Kind::TetherSessions => "tether::Channel static + sessions, a jar per task over 3",
             Kind::TetherXds => "tether::Channel xDS (tether-control), round robin over 3",
             Kind::TetherLeastRequest => "tether::Channel static, least_request over 3",
+            Kind::TetherOutlierDetection => {
+                "tether::Channel xDS + outlier detection, round robin over 3"
+            }
         }
     }
 
@@ -945,6 +1021,7 @@ impl Kind {
             Kind::TetherSessions => "sessions",
             Kind::TetherXds => "xds",
             Kind::TetherLeastRequest => "least_request",
+            Kind::TetherOutlierDetection => "outlier_detection",
         }
     }
 
@@ -955,7 +1032,8 @@ impl Kind {
     /// The configuration that differs from this one only in what is
     /// measured: tonic over the same endpoints for the channels, the same
     /// channel without the session filter and jar for sessions, round robin
-    /// for least_request.
+    /// for least_request, round robin over xDS without it for outlier
+    /// detection.
     fn like_for_like(self, concurrency: usize) -> Option<Kind> {
         match self {
             Kind::Plain => None,
@@ -968,6 +1046,8 @@ impl Kind {
             Kind::TetherSessions if concurrency == 1 => Some(Kind::TetherOne),
             Kind::TetherSessions => Some(Kind::TetherStatic),
             Kind::TetherLeastRequest => Some(Kind::TetherStatic),
+            // The same tether-control file without `outlierDetection`.
+            Kind::TetherOutlierDetection => Some(Kind::TetherXds),
         }
     }
 }
@@ -993,13 +1073,22 @@ struct Row {
 
 /// The ADS server and its bootstrap for the xDS configuration.
 async fn control_plane(addrs: &[SocketAddr]) -> Result<tether::xds::Bootstrap, String> {
+    control_plane_with(addrs, "").await
+}
+
+/// As [`control_plane`], with `service` (YAML lines indented for the
+/// service, e.g. an `outlierDetection` block) added to the service.
+async fn control_plane_with(
+    addrs: &[SocketAddr],
+    service: &str,
+) -> Result<tether::xds::Bootstrap, String> {
     let endpoints: String = addrs
         .iter()
         .map(|a| format!("      - address: \"{a}\"\n"))
         .collect();
     let yaml = format!(
         "virtualhosts:\n  - name: echo.bench\n    routes:\n      - services:\n          - name: echo\n\
-         services:\n  - name: echo\n    protocol: h2c\n    endpoints:\n{endpoints}"
+         services:\n  - name: echo\n    protocol: h2c\n{service}    endpoints:\n{endpoints}"
     );
     let model = tether::control::Config::parse(&yaml).map_err(|e| e.to_string())?;
     let plane = tether::control::ControlPlane::new(tether::control::translate(&model));
@@ -1077,6 +1166,21 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
         Kind::TetherXds => Client::Tether(EchoClient::new(
             tether::Channel::builder()
                 .bootstrap(control_plane(addrs).await?)
+                .connect("xds:///echo.bench")
+                .map_err(|e| e.to_string())?,
+        )),
+        // Its own control plane: the same file plus outlier detection, both
+        // algorithms on, so every call is counted and the timer runs each
+        // second (nothing fails, so nothing is ejected).
+        Kind::TetherOutlierDetection => Client::Tether(EchoClient::new(
+            tether::Channel::builder()
+                .bootstrap(
+                    control_plane_with(
+                        addrs,
+                        "    outlierDetection:\n      interval: 1s\n      successRate: {}\n      failurePercentage: {}\n",
+                    )
+                    .await?,
+                )
                 .connect("xds:///echo.bench")
                 .map_err(|e| e.to_string())?,
         )),
@@ -1298,8 +1402,12 @@ impl Summary {
                     ));
                     continue;
                 }
-                if r.kind == Kind::TetherLeastRequest {
-                    // Its goal: against round robin over the same endpoints.
+                if matches!(
+                    r.kind,
+                    Kind::TetherLeastRequest | Kind::TetherOutlierDetection
+                ) {
+                    // Its goal: against round robin over the same endpoints
+                    // (for outlier detection: the same xDS config without it).
                     goals.push(goal_line(
                         &format!(
                             "  {who}: calls/s ≥ 0.95 × round robin ({})",
@@ -1376,6 +1484,14 @@ impl Summary {
                     "  pick through the same chain with least_request (2 draws; its counter up, and down as the call ends), goal ≤ 100 ns",
                     p.least_request_chain_ns <= 100.0,
                     &format!("{:.0} ns", p.least_request_chain_ns)
+                )
+            );
+            println!(
+                "{}",
+                goal_line(
+                    "  pick through the same chain with outlier_detection above it (the endpoint's call counter added; counted as the call ends), goal ≤ 100 ns",
+                    p.outlier_detection_chain_ns <= 100.0,
+                    &format!("{:.0} ns", p.outlier_detection_chain_ns)
                 )
             );
             println!("  bare round_robin pick: {:.0} ns", p.bare_ns);

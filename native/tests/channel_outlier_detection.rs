@@ -4,7 +4,8 @@
 //! UNAVAILABLE is ejected within two intervals and gets no calls, returns
 //! after the ejection time, and is ejected for longer on a repeat; by
 //! failure percentage and by success rate; `maxEjectionPercent` holds; a
-//! session pinned to the failing backend moves with a new cookie.
+//! session pinned to the failing backend moves with a new cookie. gRPC
+//! C-core (grpcio) over the same file ejects the failing backend too.
 
 mod control_support;
 
@@ -274,5 +275,93 @@ async fn a_session_on_an_ejected_backend_moves_with_a_new_cookie() {
         assert_eq!(r.get_ref().backend, moved_to);
         assert_eq!(r.metadata().get_all("set-cookie").iter().count(), 0);
     }
+    assert!(control.nacks_none(), "{}", control.stderr());
+}
+
+/// What one call came to: the backend that answered, or
+/// `failed: MESSAGE` (the failing backend says `bad is failing`), written
+/// the same for both clients.
+fn outcome(answered: Result<String, &str>) -> String {
+    match answered {
+        Ok(backend) => backend,
+        Err(message) => format!("failed: {message}"),
+    }
+}
+
+/// How many of `outcomes` are each outcome.
+fn tally(outcomes: &[String]) -> std::collections::BTreeMap<&str, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for o in outcomes {
+        *counts.entry(o.as_str()).or_default() += 1;
+    }
+    counts
+}
+
+/// The same bounded, paced run by gRPC C-core (grpcio, the peer) and by
+/// `tether::Channel` over one tether-control file: each reaches the failing
+/// backend at first (its calls fail), ejects it within a few intervals, and
+/// in the last third of the run (seconds after that, well inside the 30 s
+/// ejection) sends it nothing while both healthy backends serve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_ejects_the_failing_backend_like_the_channel() {
+    const CALLS: usize = 450;
+    const PACE: Duration = Duration::from_millis(10);
+    let (backends, _failing, control, dir, channel) =
+        setup(&failure_percentage(30_000), false, 2).await;
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-grpcio");
+    let py = tether_testkit::grpcio::python_or_install(Some(&venv))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let grpcio = tether_testkit::grpcio::Client::new(py, dir.0.join("bootstrap.json"));
+    let grpcio: Vec<String> = grpcio
+        .calls_paced("xds:///od.tether.test", CALLS, PACE)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .map(|c| {
+            outcome(if c.ok() {
+                Ok(c.backend)
+            } else {
+                Err(&c.message)
+            })
+        })
+        .collect();
+    let mut client = EchoClient::new(channel.clone());
+    let mut tether = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        tether.push(match call(&mut client).await {
+            Ok(backend) => outcome(Ok(backend)),
+            Err(status) => outcome(Err(status.message())),
+        });
+        tokio::time::sleep(PACE).await;
+    }
+    let last = CALLS - CALLS / 3;
+    for (client, outcomes) in [("grpcio", &grpcio), ("tether", &tether)] {
+        eprintln!(
+            "{client}: whole run {:?}; last third {:?}",
+            tally(outcomes),
+            tally(&outcomes[last..])
+        );
+    }
+    for (client, outcomes) in [("grpcio", &grpcio), ("tether", &tether)] {
+        assert_eq!(outcomes.len(), CALLS, "{client}");
+        let whole = tally(outcomes);
+        assert!(
+            whole.get("failed: bad is failing").copied().unwrap_or(0) > 0,
+            "{client} reached the failing backend before ejecting it: {whole:?}"
+        );
+        let end = tally(&outcomes[last..]);
+        assert_eq!(
+            end.keys().copied().collect::<Vec<_>>(),
+            ["good-0", "good-1"],
+            "{client}: only the healthy backends in the last third: {end:?}"
+        );
+    }
+    // Every call the failing backend's handler saw failed at a client.
+    let failed = |o: &[String]| o.iter().filter(|o| o.starts_with("failed: ")).count();
+    assert_eq!(
+        backends[0].hits() as usize,
+        failed(&grpcio) + failed(&tether)
+    );
     assert!(control.nacks_none(), "{}", control.stderr());
 }

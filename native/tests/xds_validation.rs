@@ -16,6 +16,9 @@ use envoy_types::pb::envoy::extensions::http::stateful_session::header::v3::Head
 use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
 use envoy_types::pb::envoy::r#type::http::v3 as thttp;
 use envoy_types::pb::google::protobuf::{self as pb, Any};
+use tether::lb::outlier_detection::{
+    FailurePercentageEjection, OutlierDetectionConfig, SuccessRateEjection,
+};
 use tether::xds::resource::cluster::{ClusterResource, Discovery, LbPolicy};
 use tether::xds::resource::endpoint::{EndpointsResource, HealthStatus};
 use tether::xds::resource::listener::{
@@ -668,6 +671,137 @@ fn aggregate_clusters() {
     assert_eq!(
         errors(ResourceKind::Cluster, &pack(&agg(vec![]))),
         ["cluster_type.typed_config.clusters: must be non-empty"]
+    );
+}
+
+/// A cluster with this `outlier_detection`.
+fn with_outlier_detection(od: cpb::OutlierDetection) -> cpb::Cluster {
+    cpb::Cluster {
+        outlier_detection: Some(od),
+        ..eds_cluster()
+    }
+}
+
+#[test]
+fn outlier_detection_defaults_and_algorithm_switches() {
+    // No outlier_detection: none at all.
+    assert_eq!(cluster_ok(&eds_cluster()).outlier_detection, None);
+    // Present with no fields: A50's defaults, success rate on with its
+    // defaults, failure percentage off.
+    let od = cluster_ok(&with_outlier_detection(Default::default()))
+        .outlier_detection
+        .expect("outlier_detection present");
+    assert_eq!(
+        od,
+        OutlierDetectionConfig {
+            interval: Duration::from_secs(10),
+            base_ejection_time: Duration::from_secs(30),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejection_percent: 10,
+            success_rate: Some(SuccessRateEjection {
+                stdev_factor: 1900,
+                enforcement_percentage: 100,
+                minimum_hosts: 5,
+                request_volume: 100,
+            }),
+            failure_percentage: None,
+        }
+    );
+    // enforcing_success_rate 0 turns success rate off; the rest stays.
+    let od = cluster_ok(&with_outlier_detection(cpb::OutlierDetection {
+        enforcing_success_rate: Some(pb::UInt32Value { value: 0 }),
+        ..Default::default()
+    }))
+    .outlier_detection
+    .unwrap();
+    assert_eq!(od.success_rate, None);
+    assert_eq!(od.failure_percentage, None);
+    assert_eq!(od.interval, Duration::from_secs(10));
+    // enforcing_failure_percentage set and not 0 turns failure percentage
+    // on, with the defaults for its other fields.
+    let od = cluster_ok(&with_outlier_detection(cpb::OutlierDetection {
+        enforcing_failure_percentage: Some(pb::UInt32Value { value: 40 }),
+        ..Default::default()
+    }))
+    .outlier_detection
+    .unwrap();
+    assert_eq!(
+        od.failure_percentage,
+        Some(FailurePercentageEjection {
+            threshold: 85,
+            enforcement_percentage: 40,
+            minimum_hosts: 5,
+            request_volume: 50,
+        })
+    );
+    assert!(od.success_rate.is_some());
+    // Set to 0 it stays off.
+    let od = cluster_ok(&with_outlier_detection(cpb::OutlierDetection {
+        enforcing_failure_percentage: Some(pb::UInt32Value { value: 0 }),
+        ..Default::default()
+    }))
+    .outlier_detection
+    .unwrap();
+    assert_eq!(od.failure_percentage, None);
+}
+
+#[test]
+fn outlier_detection_errors_name_the_field_and_value() {
+    let nack = |od: cpb::OutlierDetection| {
+        errors(ResourceKind::Cluster, &pack(&with_outlier_detection(od)))
+    };
+    assert_eq!(
+        nack(cpb::OutlierDetection {
+            max_ejection_percent: Some(pb::UInt32Value { value: 150 }),
+            ..Default::default()
+        }),
+        ["outlier_detection.max_ejection_percent: 150 must be at most 100"]
+    );
+    // Checked even when its algorithm is off.
+    assert_eq!(
+        nack(cpb::OutlierDetection {
+            failure_percentage_threshold: Some(pb::UInt32Value { value: 101 }),
+            ..Default::default()
+        }),
+        ["outlier_detection.failure_percentage_threshold: 101 must be at most 100"]
+    );
+    assert_eq!(
+        nack(cpb::OutlierDetection {
+            enforcing_success_rate: Some(pb::UInt32Value { value: 200 }),
+            enforcing_failure_percentage: Some(pb::UInt32Value { value: 101 }),
+            ..Default::default()
+        }),
+        [
+            "outlier_detection.enforcing_success_rate: 200 must be at most 100",
+            "outlier_detection.enforcing_failure_percentage: 101 must be at most 100",
+        ]
+    );
+    assert_eq!(
+        nack(cpb::OutlierDetection {
+            interval: Some(pb::Duration {
+                seconds: -1,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }),
+        ["outlier_detection.interval.seconds: -1 is outside [0, 315576000000]"]
+    );
+    assert_eq!(
+        nack(cpb::OutlierDetection {
+            base_ejection_time: Some(pb::Duration {
+                seconds: 1,
+                nanos: 1_000_000_000,
+            }),
+            max_ejection_time: Some(pb::Duration {
+                seconds: 315_576_000_001,
+                nanos: 0,
+            }),
+            ..Default::default()
+        }),
+        [
+            "outlier_detection.base_ejection_time.nanos: 1000000000 is outside [0, 999999999]",
+            "outlier_detection.max_ejection_time.seconds: 315576000001 is outside [0, 315576000000]",
+        ]
     );
 }
 

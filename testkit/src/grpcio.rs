@@ -141,6 +141,19 @@ pub struct Call {
     pub address: String,
     /// Every `set-cookie` of the response's initial metadata.
     pub set_cookie: Vec<String>,
+    /// The call's status code name: `"OK"` for an answered call, else e.g.
+    /// `"UNAVAILABLE"` (failed calls are only listed by runs that go on
+    /// after a failure, such as [`Client::calls_paced`]).
+    pub code: String,
+    /// A failed call's status message (empty for an answered call).
+    pub message: String,
+}
+
+impl Call {
+    /// Whether the call was answered (status OK).
+    pub fn ok(&self) -> bool {
+        self.code == "OK"
+    }
 }
 
 /// The C-core client with a Python and a bootstrap file.
@@ -214,6 +227,26 @@ impl Client {
         self.run(&args, None).await
     }
 
+    /// `calls` calls to `target` one after another without a cookie,
+    /// waiting `pace` after each; failed calls are listed too (with their
+    /// [`Call::code`] and [`Call::message`]) instead of ending the run, so
+    /// a test can count which calls failed over time.
+    pub async fn calls_paced(
+        &self,
+        target: &str,
+        calls: usize,
+        pace: Duration,
+    ) -> Result<Vec<Call>, String> {
+        let args = [
+            "--failures-ok".to_owned(),
+            "--pace".to_owned(),
+            pace.as_millis().to_string(),
+            target.to_owned(),
+            calls.to_string(),
+        ];
+        self.run(&args, None).await
+    }
+
     /// One call to `target` per key, each with the metadata `header: key`.
     pub async fn keys(
         &self,
@@ -282,5 +315,8 @@ fn parse_call(line: &str) -> Result<Call, String> {
             .flatten()
             .filter_map(|s| s.as_str().map(str::to_owned))
             .collect(),
+        // Lines of runs that stop at a failure carry no code: answered.
+        code: v["code"].as_str().unwrap_or("OK").to_owned(),
+        message: text("message"),
     })
 }

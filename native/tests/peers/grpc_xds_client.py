@@ -6,7 +6,8 @@ that answered, its address, and the Set-Cookie of the response's initial
 metadata. The bootstrap comes from GRPC_XDS_BOOTSTRAP.
 
 usage: grpc_xds_client.py [--warm N] [--keys-header NAME] [--message TEXT] [--jar]
-                          [--keep-going] [--concurrency N] TARGET CALLS [COOKIE]
+                          [--keep-going] [--failures-ok] [--pace MS]
+                          [--concurrency N] TARGET CALLS [COOKIE]
 
 --warm N first makes unprinted calls without a cookie until N distinct
 backends have answered (at most 200 calls or 20 s, else exit 2). Round
@@ -28,6 +29,13 @@ name, so a session that moves continues with its new cookie.
 --keep-going prints a failed call as a line {"call", "code", "message"} and
 goes on (exit 1 at the end) instead of stopping at the first failure; every
 line then has a "code" ("OK" for an answered call).
+
+--failures-ok is --keep-going with exit 0 at the end: the lines tell which
+calls failed (a run meant to count failures, e.g. while outlier detection
+ejects a failing backend).
+
+--pace MS waits MS milliseconds after each call before the next one (in
+every thread with --concurrency), so a run spreads over time.
 
 --concurrency N makes the CALLS calls from N threads at once over the one
 channel, each thread starting its next call when the last one answered
@@ -115,8 +123,9 @@ def cookie_pairs(text):
     return pairs
 
 
-def call_concurrently(echo, calls, threads, message, metadata, keep_going):
-    """CALLS calls from THREADS threads; returns whether one failed."""
+def call_concurrently(echo, calls, threads, message, metadata, keep_going, pace=0.0):
+    """CALLS calls from THREADS threads, each waiting PACE seconds after a
+    call; returns whether one failed."""
     lock = threading.Lock()
     state = {"next": 0, "failed": False}
 
@@ -139,6 +148,8 @@ def call_concurrently(echo, calls, threads, message, metadata, keep_going):
                     state["failed"] = True
                     print(json.dumps({"call": i, "key": None, "code": e.code().name,
                                       "message": e.details()}), flush=True)
+                if pace:
+                    time.sleep(pace)
                 continue
             fields = decode_reply(reply)
             line = {
@@ -152,6 +163,8 @@ def call_concurrently(echo, calls, threads, message, metadata, keep_going):
                 line["code"] = "OK"
             with lock:
                 print(json.dumps(line), flush=True)
+            if pace:
+                time.sleep(pace)
 
     workers = [threading.Thread(target=worker) for _ in range(threads)]
     for w in workers:
@@ -169,6 +182,8 @@ def main():
     message = None
     jar = None
     keep_going = False
+    failures_ok = False
+    pace = 0.0
     while args and args[0].startswith("--"):
         if args[0] == "--warm":
             distinct = int(args[1])
@@ -178,12 +193,19 @@ def main():
             message = args[1]
         elif args[0] == "--concurrency":
             concurrency = int(args[1])
+        elif args[0] == "--pace":
+            pace = int(args[1]) / 1000.0
         elif args[0] == "--jar":
             jar = {}
             args = args[1:]
             continue
         elif args[0] == "--keep-going":
             keep_going = True
+            args = args[1:]
+            continue
+        elif args[0] == "--failures-ok":
+            keep_going = True
+            failures_ok = True
             args = args[1:]
             continue
         else:
@@ -209,7 +231,8 @@ def main():
             if keys_header or jar is not None:
                 sys.exit("--concurrency does not go with --keys-header or --jar")
             metadata = [("cookie", cookie)] if cookie else []
-            if call_concurrently(echo, calls, concurrency, message, metadata, keep_going):
+            if call_concurrently(echo, calls, concurrency, message, metadata, keep_going,
+                                 pace) and not failures_ok:
                 sys.exit(1)
             return
         for i, key in enumerate(keys):
@@ -231,6 +254,8 @@ def main():
                 failed = True
                 print(json.dumps({"call": i, "key": key, "code": e.code().name,
                                   "message": e.details()}), flush=True)
+                if pace:
+                    time.sleep(pace)
                 continue
             set_cookie = [v for k, v in call.initial_metadata() if k == "set-cookie"]
             if jar is not None:
@@ -247,7 +272,9 @@ def main():
             if keep_going:
                 line["code"] = "OK"
             print(json.dumps(line), flush=True)
-    if failed:
+            if pace:
+                time.sleep(pace)
+    if failed and not failures_ok:
         sys.exit(1)
 
 
