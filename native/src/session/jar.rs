@@ -42,6 +42,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
+use arc_swap::ArcSwapOption;
 use cookie::time::OffsetDateTime;
 use cookie::{Cookie, ParseError};
 use http::header::{Entry, HeaderMap, HeaderValue, COOKIE, SET_COOKIE};
@@ -99,8 +100,9 @@ struct Store {
     /// The `cookie` header of a request without cookies of its own, kept
     /// while no cookie changes when every cookie's path is `/` (so every
     /// request path gets the same one): a session's calls then send it
-    /// without rebuilding it.
-    header: Option<CachedHeader>,
+    /// without rebuilding it. Written under the store's lock, read without
+    /// it (a session's concurrent calls would otherwise queue on the lock).
+    header: Arc<ArcSwapOption<CachedHeader>>,
 }
 
 struct CachedHeader {
@@ -126,7 +128,7 @@ impl Store {
         self.cookies
             .retain(|c| c.expires.is_none_or(|expires| expires > now));
         if self.cookies.len() != before {
-            self.header = None;
+            self.header.store(None);
         }
         let mut out: Vec<&Stored> = self.cookies.iter().filter(|c| keep(c)).collect();
         out.sort_by(|a, b| {
@@ -153,20 +155,11 @@ impl Store {
         .collect()
     }
 
-    /// The cached `cookie` header, unless a cookie in it has expired by
-    /// `now` (Unix nanoseconds).
-    fn cached_header(&self, now: i128) -> Option<HeaderValue> {
-        self.header
-            .as_ref()
-            .filter(|c| c.until.is_none_or(|until| until > now))
-            .map(|c| c.value.clone())
-    }
-
     /// Keeps `value`, the header of a request without cookies of its own,
     /// when no cookie's path can make another request path's differ.
     fn cache_header(&mut self, value: &HeaderValue) {
         if self.cookies.iter().all(|c| c.path == "/") {
-            self.header = Some(CachedHeader {
+            self.header.store(Some(Arc::new(CachedHeader {
                 value: value.clone(),
                 until: self
                     .cookies
@@ -174,9 +167,19 @@ impl Store {
                     .filter_map(|c| c.expires)
                     .min()
                     .map(OffsetDateTime::unix_timestamp_nanos),
-            });
+            })));
         }
     }
+}
+
+/// The cached `cookie` header in `cache`, unless a cookie in it has
+/// expired by `now` (Unix nanoseconds).
+fn cached_header(cache: &ArcSwapOption<CachedHeader>, now: i128) -> Option<HeaderValue> {
+    cache
+        .load()
+        .as_ref()
+        .filter(|c| c.until.is_none_or(|until| until > now))
+        .map(|c| c.value.clone())
 }
 
 /// What a `Set-Cookie` says about the cookie's life.
@@ -227,6 +230,8 @@ fn default_path(request_path: &str) -> &str {
 #[derive(Clone)]
 pub struct CookieJar {
     store: Arc<Mutex<Store>>,
+    /// The store's cached `cookie` header, read without the lock.
+    header: Arc<ArcSwapOption<CachedHeader>>,
     id: SessionId,
 }
 
@@ -247,8 +252,11 @@ impl SessionId {
 
 impl Default for CookieJar {
     fn default() -> Self {
+        let store = Store::default();
+        let header = store.header.clone();
         CookieJar {
-            store: Arc::default(),
+            store: Arc::new(Mutex::new(store)),
+            header,
             id: SessionId::unique(),
         }
     }
@@ -313,7 +321,7 @@ impl CookieJar {
         };
         let expiry = expiry(&cookie, now);
         let mut store = self.lock();
-        store.header = None;
+        store.header.store(None);
         let old = store
             .cookies
             .iter()
@@ -390,7 +398,7 @@ impl CookieJar {
     pub fn clear(&self) {
         let mut store = self.lock();
         store.cookies.clear();
-        store.header = None;
+        store.header.store(None);
     }
 
     /// Adds the jar's cookies for `path` to a request's `cookie` header:
@@ -400,11 +408,11 @@ impl CookieJar {
         if let Entry::Vacant(slot) = headers.entry(COOKIE) {
             // The common case: the jar's cookies alone, often the header
             // the previous call sent.
-            let mut store = self.lock();
-            if let Some(value) = store.cached_header(coarse_now()) {
+            if let Some(value) = cached_header(&self.header, coarse_now()) {
                 slot.insert(value);
                 return;
             }
+            let mut store = self.lock();
             let pairs = store.pairs_for(path, OffsetDateTime::now_utc(), &HashSet::new());
             if pairs.is_empty() {
                 return;
@@ -601,7 +609,7 @@ mod tests {
         let jar = CookieJar::new();
         jar.insert_raw("s=1; Path=/", "/svc/M").unwrap();
         assert_eq!(applied(&jar, "/svc/M").as_deref(), Some("s=1"));
-        assert!(jar.lock().header.is_some(), "kept for the next call");
+        assert!(jar.header.load().is_some(), "kept for the next call");
         assert_eq!(applied(&jar, "/other/N").as_deref(), Some("s=1"));
         // A replaced value, a new cookie, a deletion: each is sent at once.
         jar.insert_raw("s=2; Path=/", "/svc/M").unwrap();
@@ -613,7 +621,7 @@ mod tests {
         // A cookie of one path only: nothing is kept, each path gets its own.
         jar.insert_raw("p=1; Path=/svc", "/svc/M").unwrap();
         assert_eq!(applied(&jar, "/svc/M").as_deref(), Some("p=1; s=2"));
-        assert!(jar.lock().header.is_none());
+        assert!(jar.header.load().is_none());
         assert_eq!(applied(&jar, "/other/N").as_deref(), Some("s=2"));
         jar.clear();
         assert_eq!(applied(&jar, "/svc/M"), None);
@@ -625,11 +633,14 @@ mod tests {
         jar.insert_raw("s=1; Path=/; Max-Age=1", "/").unwrap();
         jar.insert_raw("t=2; Path=/", "/").unwrap();
         assert_eq!(applied(&jar, "/svc/M").as_deref(), Some("s=1; t=2"));
-        let kept = jar.lock().header.as_ref().and_then(|c| c.until);
+        let kept = jar.header.load().as_ref().and_then(|c| c.until);
         assert!(kept.is_some(), "the header is stale when s expires");
         // Past the expiry the cached header is not used: s is dropped.
         let later = OffsetDateTime::now_utc() + Duration::seconds(2);
-        assert_eq!(jar.lock().cached_header(later.unix_timestamp_nanos()), None);
+        assert_eq!(
+            cached_header(&jar.header, later.unix_timestamp_nanos()),
+            None
+        );
         assert_eq!(header_at(&jar, "/svc/M", later).as_deref(), Some("t=2"));
     }
 
