@@ -20,6 +20,7 @@ pub mod cli;
 #[cfg(feature = "control")]
 pub mod control;
 pub mod lb;
+pub mod orca;
 pub mod session;
 pub mod subchannel;
 pub mod xds;

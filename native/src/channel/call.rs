@@ -182,7 +182,7 @@ async fn run(
             }
             if let Some(code) = parts.headers.get("grpc-status") {
                 // Trailers-only: the call is over.
-                guard.finish(code == "0");
+                guard.finish_with_trailers(code == "0", &parts.headers);
                 return Ok(http::Response::from_parts(parts, Body::new(body)));
             }
             let body = TrackedBody {
@@ -323,23 +323,28 @@ impl CallGuard {
     }
 
     fn finish(mut self, ok: bool) {
-        self.end(ok);
+        self.end(ok, None);
     }
 
-    fn end(&mut self, ok: bool) {
+    /// Ends the call with its trailers, which trackers may read (ORCA).
+    fn finish_with_trailers(mut self, ok: bool, trailers: &http::HeaderMap) {
+        self.end(ok, Some(trailers));
+    }
+
+    fn end(&mut self, ok: bool, trailers: Option<&http::HeaderMap>) {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
         if self.started {
             self.subchannel.call_finished(ok);
         }
-        self.trackers.finished(ok);
+        self.trackers.finished_with_trailers(ok, trailers);
     }
 }
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
-        self.end(false);
+        self.end(false, None);
     }
 }
 
@@ -378,7 +383,7 @@ impl HttpBody for TrackedBody {
                 if let Some(trailers) = frame.trailers_ref() {
                     let ok = trailers.get("grpc-status").is_some_and(|c| c == "0");
                     if let Some(g) = self.guard.take() {
-                        g.finish(ok);
+                        g.finish_with_trailers(ok, trailers);
                     }
                 }
             }

@@ -38,6 +38,7 @@ pub mod priority;
 pub(crate) mod random;
 pub mod ring_hash;
 pub mod round_robin;
+pub mod weighted_round_robin;
 pub mod weighted_target;
 pub mod wrr_locality;
 
@@ -115,6 +116,16 @@ pub struct PickArgs<'a> {
 pub trait CallTracker: Send + Sync {
     /// The call ended: `ok` when its status was OK.
     fn finished(&self, ok: bool);
+
+    /// The call ended with these trailers (the headers of a trailers-only
+    /// response), when it got that far: for trackers that read what the
+    /// server said, such as ORCA's per-call load report (gRFC A51). The
+    /// channel calls this instead of [`CallTracker::finished`]; by default
+    /// it ignores the trailers.
+    fn finished_with_trailers(&self, ok: bool, trailers: Option<&http::HeaderMap>) {
+        let _ = trailers;
+        self.finished(ok);
+    }
 }
 
 /// The trackers of one pick, innermost policy first. Two fit inline, so
@@ -151,8 +162,14 @@ impl Trackers {
 
     /// Tells every tracker, innermost first, that the call ended.
     pub fn finished(&self, ok: bool) {
+        self.finished_with_trailers(ok, None);
+    }
+
+    /// Tells every tracker, innermost first, that the call ended with
+    /// these trailers (none when it ended without any).
+    pub fn finished_with_trailers(&self, ok: bool, trailers: Option<&http::HeaderMap>) {
         for t in self.inline.iter().flatten().chain(&self.more) {
-            t.finished(ok);
+            t.finished_with_trailers(ok, trailers);
         }
     }
 }

@@ -241,6 +241,12 @@ impl Check {
         out
     }
 
+    /// The problems recorded so far.
+    #[cfg(test)]
+    pub(crate) fn errors(&self) -> &[FieldError] {
+        &self.errors
+    }
+
     /// Records a problem with the current field.
     pub(crate) fn fail(&mut self, problem: impl Into<String>) {
         let field = self.path();

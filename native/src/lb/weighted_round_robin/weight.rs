@@ -1,0 +1,148 @@
+//! One endpoint's weight from its load reports (gRFC A58):
+//! `qps / (utilization + eps / qps * error_utilization_penalty)`, the
+//! utilization being `application_utilization` when set, else
+//! `cpu_utilization`. A weight is usable only after reports have come in
+//! for `blackout_period` (a fresh endpoint's first numbers are noisy) and
+//! until none has come in for `weight_expiration_period`; after such a
+//! gap the blackout starts again. An unusable weight reads as 0, which the
+//! scheduler replaces by the mean of the others.
+//!
+//! Reports arrive from calls ending on any thread (per call) or from the
+//! out-of-band stream; the LB task reads the weights every
+//! `weight_update_period`. A short mutex guards the few fields: picks never
+//! touch it.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::lb::CallTracker;
+use crate::orca::{report_from_trailers, OrcaLoadReport};
+
+/// An endpoint's weight and the times that make it usable.
+#[derive(Debug)]
+pub struct EndpointWeight {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct State {
+    /// The weight of the last usable report.
+    weight: f64,
+    /// When the current run of reports began (reset by a gap longer than
+    /// the expiration period, or by a reconnection).
+    non_empty_since: Option<Instant>,
+    /// When the last usable report came in.
+    last_updated: Option<Instant>,
+    /// The config's `error_utilization_penalty`, applied as reports come in.
+    error_utilization_penalty: f64,
+}
+
+impl EndpointWeight {
+    /// An endpoint without reports yet, weighing errors by `penalty`.
+    pub fn new(error_utilization_penalty: f32) -> Self {
+        EndpointWeight {
+            state: Mutex::new(State {
+                weight: 0.0,
+                non_empty_since: None,
+                last_updated: None,
+                error_utilization_penalty: f64::from(error_utilization_penalty),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // The fields stay consistent whatever panicked: keep going.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new config's penalty, for the reports to come.
+    pub fn set_error_utilization_penalty(&self, penalty: f32) {
+        self.lock().error_utilization_penalty = f64::from(penalty);
+    }
+
+    /// Takes a load report received at `now`. Returns whether it was
+    /// usable: a report without qps or without utilization says nothing
+    /// about weight and is ignored.
+    pub fn report(&self, report: &OrcaLoadReport, now: Instant) -> bool {
+        let mut s = self.lock();
+        let Some(weight) = weight_of(report, s.error_utilization_penalty) else {
+            log::trace!(
+                "load report without qps ({}) or utilization (application {}, cpu {}): ignored",
+                report.rps_fractional,
+                report.application_utilization,
+                report.cpu_utilization
+            );
+            return false;
+        };
+        s.weight = weight;
+        s.non_empty_since.get_or_insert(now);
+        s.last_updated = Some(now);
+        true
+    }
+
+    /// The weight to schedule with at `now`: 0 (unknown) before the first
+    /// report, within `blackout` of the first report of the current run,
+    /// and once the last report is `expiration` old; an expired weight
+    /// also restarts the blackout for the reports to come.
+    pub fn weight(&self, now: Instant, expiration: Duration, blackout: Duration) -> f64 {
+        let mut s = self.lock();
+        let Some(last) = s.last_updated else {
+            return 0.0;
+        };
+        if now.saturating_duration_since(last) >= expiration {
+            s.non_empty_since = None;
+            return 0.0;
+        }
+        // A report since the expiry set it again; without one, no run.
+        let Some(since) = s.non_empty_since else {
+            return 0.0;
+        };
+        if !blackout.is_zero() && now.saturating_duration_since(since) < blackout {
+            return 0.0;
+        }
+        s.weight
+    }
+
+    /// Forgets the reports: the endpoint reconnected (its new connection
+    /// may be to another process), so the blackout starts again.
+    pub fn reset(&self) {
+        let mut s = self.lock();
+        s.non_empty_since = None;
+        s.last_updated = None;
+        s.weight = 0.0;
+    }
+}
+
+/// A report's weight under `penalty`, if it has both qps and utilization.
+pub fn weight_of(report: &OrcaLoadReport, penalty: f64) -> Option<f64> {
+    let utilization = if report.application_utilization > 0.0 {
+        report.application_utilization
+    } else {
+        report.cpu_utilization
+    };
+    let qps = report.rps_fractional;
+    if !qps.is_finite() || !utilization.is_finite() || qps <= 0.0 || utilization <= 0.0 {
+        return None;
+    }
+    let error_rate = if report.eps > 0.0 {
+        report.eps / qps
+    } else {
+        0.0
+    };
+    let weight = qps / (utilization + error_rate * penalty);
+    (weight.is_finite() && weight > 0.0).then_some(weight)
+}
+
+/// As a pick's tracker (when out-of-band reporting is off), the endpoint
+/// takes the per-call load report of the call's trailers.
+impl CallTracker for EndpointWeight {
+    fn finished(&self, _ok: bool) {}
+
+    fn finished_with_trailers(&self, _ok: bool, trailers: Option<&http::HeaderMap>) {
+        if let Some(report) = trailers.and_then(report_from_trailers) {
+            self.report(&report, Instant::now());
+        }
+    }
+}
