@@ -306,38 +306,6 @@ async fn a_static_least_request_channel_avoids_the_slow_backend() {
     assert!(share <= 1.0 / 9.0, "{:?}", b.counts);
 }
 
-/// Envoy bootstrapped with only `xds` as its ADS server.
-fn envoy_bootstrap(admin: u16, xds: SocketAddr) -> String {
-    format!(
-        r#"node: {{ id: envoy-least-request, cluster: tether-test }}
-admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
-dynamic_resources:
-  ads_config:
-    api_type: GRPC
-    transport_api_version: V3
-    grpc_services: [ {{ envoy_grpc: {{ cluster_name: xds }} }} ]
-  lds_config: {{ ads: {{}}, resource_api_version: V3 }}
-  cds_config: {{ ads: {{}}, resource_api_version: V3 }}
-static_resources:
-  clusters:
-    - name: xds
-      type: STATIC
-      connect_timeout: 1s
-      typed_extension_protocol_options:
-        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-          explicit_http_config: {{ http2_protocol_options: {{}} }}
-      load_assignment:
-        cluster_name: xds
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}
-"#,
-        port = xds.port()
-    )
-}
-
 /// The same file's least request cluster served to a real Envoy (the
 /// legacy `LEAST_REQUEST` with `choice_count`), gRPC calls through its
 /// listener: Envoy, which draws as A48 does, avoids the slow backend too.
@@ -357,9 +325,9 @@ async fn envoy_gets_the_least_request_cluster_and_avoids_the_slow_backend() {
         )
     );
     let control = Control::start(&yaml).await;
-    let envoy = tether_testkit::envoy::Envoy::start(&envoy_bootstrap(
-        tether_testkit::free_port(),
+    let envoy = tether_testkit::envoy::Envoy::start(&tether_testkit::envoy::ads_bootstrap(
         control.addr,
+        "envoy-least-request",
     ))
     .await
     .expect("envoy starts");

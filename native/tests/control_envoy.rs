@@ -16,7 +16,7 @@ use std::time::Duration;
 use control_support::Control;
 use tether_testkit::backend::HttpBackend;
 use tether_testkit::client;
-use tether_testkit::envoy::Envoy;
+use tether_testkit::envoy::{ads_bootstrap, Envoy};
 use tether_testkit::free_port;
 use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
 use tokio::time::Instant;
@@ -54,37 +54,6 @@ services:
     )
 }
 
-fn envoy_bootstrap(admin: u16, xds: SocketAddr) -> String {
-    format!(
-        r#"node: {{ id: envoy-under-test, cluster: tether-test }}
-admin:
-  address: {{ socket_address: {{ address: 127.0.0.1, port_value: {admin} }} }}
-dynamic_resources:
-  ads_config:
-    api_type: GRPC
-    transport_api_version: V3
-    grpc_services: [ {{ envoy_grpc: {{ cluster_name: xds }} }} ]
-  lds_config: {{ ads: {{}}, resource_api_version: V3 }}
-  cds_config: {{ ads: {{}}, resource_api_version: V3 }}
-static_resources:
-  clusters:
-    - name: xds
-      type: STATIC
-      connect_timeout: 1s
-      typed_extension_protocol_options:
-        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-          "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-          explicit_http_config: {{ http2_protocol_options: {{}} }}
-      load_assignment:
-        cluster_name: xds
-        endpoints:
-          - lb_endpoints:
-              - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}
-"#,
-        port = xds.port()
-    )
-}
-
 async fn backend_of(
     listener: SocketAddr,
     cookie: Option<&str>,
@@ -102,7 +71,7 @@ async fn backend_of(
 /// waits until its listener on `listener` answers; on failure the message
 /// says what Envoy did not `do`, with both logs.
 async fn envoy_serving(control: &Control, listener: SocketAddr, what: &str) -> Envoy {
-    let envoy = Envoy::start(&envoy_bootstrap(free_port(), control.addr))
+    let envoy = Envoy::start(&ads_bootstrap(control.addr, "envoy-under-test"))
         .await
         .expect("envoy starts");
     let up = tether_testkit::wait_until(Duration::from_secs(20), || async {
@@ -505,7 +474,7 @@ async fn hash_setup(
     let addrs: Vec<SocketAddr> = backends.iter().map(GrpcBackend::addr).collect();
     let listen = free_port();
     let control = Control::start(&config(listen, &addrs)).await;
-    let envoy = Envoy::start(&envoy_bootstrap(free_port(), control.addr))
+    let envoy = Envoy::start(&ads_bootstrap(control.addr, "envoy-under-test"))
         .await
         .expect("envoy starts");
     let bootstrap = tether::xds::Bootstrap::from_json(&control.bootstrap_json("hash-channel"))

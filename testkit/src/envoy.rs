@@ -173,6 +173,41 @@ fn read_addr(path: &Path) -> Option<SocketAddr> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// The bootstrap (JSON) of an Envoy that gets everything else over ADS from
+/// the control plane at `xds` (HTTP/2, a STATIC cluster `xds`), with node
+/// ID `node_id`; its admin listener is on port 0.
+pub fn ads_bootstrap(xds: SocketAddr, node_id: &str) -> String {
+    serde_json::json!({
+        "node": { "id": node_id, "cluster": "tether-test" },
+        "admin": { "address": { "socket_address": { "address": "127.0.0.1", "port_value": 0 } } },
+        "dynamic_resources": {
+            "ads_config": {
+                "api_type": "GRPC",
+                "transport_api_version": "V3",
+                "grpc_services": [ { "envoy_grpc": { "cluster_name": "xds" } } ]
+            },
+            "lds_config": { "ads": {}, "resource_api_version": "V3" },
+            "cds_config": { "ads": {}, "resource_api_version": "V3" }
+        },
+        "static_resources": { "clusters": [ {
+            "name": "xds",
+            "type": "STATIC",
+            "connect_timeout": "1s",
+            "typed_extension_protocol_options": {
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                    "explicit_http_config": { "http2_protocol_options": {} }
+                }
+            },
+            "load_assignment": { "cluster_name": "xds", "endpoints": [ { "lb_endpoints": [ {
+                "endpoint": { "address": { "socket_address": {
+                    "address": xds.ip().to_string(), "port_value": xds.port() } } }
+            } ] } ] }
+        } ] }
+    })
+    .to_string()
+}
+
 /// The YAML of an Envoy that routes every request on 127.0.0.1:`listen`,
 /// with the route's `hash_policy` (a JSON list, `[]` for none), to the
 /// STATIC cluster `backends` balanced by `lb_policy`; its admin listener is

@@ -111,7 +111,7 @@ impl Control {
     /// An Envoy bootstrap with only an ADS cluster pointing here and an
     /// admin listener on an ephemeral 127.0.0.1 port.
     pub fn envoy_bootstrap(&self, node_id: &str) -> String {
-        envoy_bootstrap(self.addr, node_id)
+        tether_testkit::envoy::ads_bootstrap(self.addr, node_id)
     }
 
     /// A gRPC xDS bootstrap (JSON) pointing here, for proxyless clients.
@@ -139,38 +139,4 @@ fn write_atomically(file: &Path, text: &str) -> Result<(), String> {
     let tmp = file.with_extension("tmp");
     std::fs::write(&tmp, text).map_err(|e| format!("write {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, file).map_err(|e| format!("rename to {}: {e}", file.display()))
-}
-
-/// An Envoy bootstrap whose only static resource is the ADS cluster `xds`
-/// at `xds`; listeners and clusters come over ADS.
-pub fn envoy_bootstrap(xds: SocketAddr, node_id: &str) -> String {
-    serde_json::json!({
-        "node": { "id": node_id, "cluster": "tether-demo" },
-        "admin": { "address": { "socket_address": { "address": "127.0.0.1", "port_value": 0 } } },
-        "dynamic_resources": {
-            "ads_config": {
-                "api_type": "GRPC",
-                "transport_api_version": "V3",
-                "grpc_services": [ { "envoy_grpc": { "cluster_name": "xds" } } ]
-            },
-            "lds_config": { "ads": {}, "resource_api_version": "V3" },
-            "cds_config": { "ads": {}, "resource_api_version": "V3" }
-        },
-        "static_resources": { "clusters": [ {
-            "name": "xds",
-            "type": "STATIC",
-            "connect_timeout": "1s",
-            "typed_extension_protocol_options": {
-                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                    "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                    "explicit_http_config": { "http2_protocol_options": {} }
-                }
-            },
-            "load_assignment": { "cluster_name": "xds", "endpoints": [ { "lb_endpoints": [ {
-                "endpoint": { "address": { "socket_address": {
-                    "address": xds.ip().to_string(), "port_value": xds.port() } } }
-            } ] } ] }
-        } ] }
-    })
-    .to_string()
 }
