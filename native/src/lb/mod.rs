@@ -38,6 +38,8 @@ pub mod priority;
 pub(crate) mod random;
 pub mod ring_hash;
 pub mod round_robin;
+#[cfg(test)]
+mod test_harness;
 pub mod weighted_round_robin;
 pub mod weighted_target;
 pub mod wrr_locality;

@@ -5,11 +5,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
-
 use super::*;
+use crate::lb::test_harness::{self, refused};
 use crate::lb::{round_robin, CallTracker};
-use crate::subchannel::{SubchannelOptions, SubchannelPool};
 
 fn sample(successes: u64, failures: u64) -> Sample {
     Sample {
@@ -127,59 +125,13 @@ fn counter_takes_both_counts_at_once_and_restarts() {
     assert_eq!(c.take(), (0, 0));
 }
 
-fn refused() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = l.local_addr().unwrap();
-    drop(l);
-    a
-}
+type Harness = test_harness::Harness<OutlierDetection>;
 
-struct Harness {
-    pool: SubchannelPool,
-    tx: mpsc::UnboundedSender<Event>,
-    rx: mpsc::UnboundedReceiver<Event>,
-    next_timer: u64,
-    policy: OutlierDetection,
-}
-
-impl Harness {
-    fn new() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let listener_tx = tx.clone();
-        let pool = SubchannelPool::new(
-            SubchannelOptions::default(),
-            Arc::new(move |id, addr, state| {
-                let _ = listener_tx.send(Event::Subchannel(id, addr, state));
-            }),
-        );
-        Harness {
-            pool,
-            tx,
-            rx,
-            next_timer: 0,
-            policy: OutlierDetection::new(),
-        }
-    }
-
-    fn with<R>(&mut self, f: impl FnOnce(&mut OutlierDetection, &mut Ctx<'_>) -> R) -> R {
-        let mut ctx = Ctx::new(&self.pool, &self.tx, &mut self.next_timer, "test");
-        f(&mut self.policy, &mut ctx)
-    }
-
-    /// Feeds events to the policy until its interval timer fires; returns
-    /// the time since `start`.
+impl test_harness::Harness<OutlierDetection> {
+    /// Runs the policy until its interval timer fires; the time since
+    /// `start`.
     async fn next_run(&mut self, start: Instant) -> Duration {
-        for _ in 0..10_000 {
-            let e = tokio::time::timeout(Duration::from_secs(3600), self.rx.recv())
-                .await
-                .expect("an event within an hour")
-                .expect("the channel is open");
-            self.with(|p, ctx| p.event(ctx, &e));
-            if matches!(e, Event::Timer(_)) {
-                return Instant::now() - start;
-            }
-        }
-        panic!("no timer within 10,000 events");
+        self.next_timer().await - start
     }
 
     fn fail(&self, addr: SocketAddr, calls: usize) {
@@ -231,7 +183,7 @@ fn settings() -> OutlierDetectionConfig {
 #[tokio::test(start_paused = true)]
 async fn an_ejection_lasts_base_times_multiplier_and_grows_on_a_repeat() {
     let (a, b) = (refused(), refused());
-    let mut h = Harness::new();
+    let mut h = Harness::new(OutlierDetection::new());
     let start = Instant::now();
     h.with(|p, ctx| p.update(ctx, config(&[a, b], settings())));
     h.fail(a, 20);
@@ -269,7 +221,7 @@ async fn an_ejection_lasts_base_times_multiplier_and_grows_on_a_repeat() {
 #[tokio::test(start_paused = true)]
 async fn an_ejected_endpoint_shows_transient_failure_to_the_child_until_un_ejected() {
     let (a, b) = (refused(), refused());
-    let mut h = Harness::new();
+    let mut h = Harness::new(OutlierDetection::new());
     let start = Instant::now();
     h.with(|p, ctx| p.update(ctx, config(&[a, b], settings())));
     h.fail(a, 20);
@@ -303,7 +255,7 @@ async fn an_ejected_endpoint_shows_transient_failure_to_the_child_until_un_eject
 #[tokio::test(start_paused = true)]
 async fn a_new_config_keeps_the_schedule_and_endpoints_keep_their_ejection() {
     let (a, b, c) = (refused(), refused(), refused());
-    let mut h = Harness::new();
+    let mut h = Harness::new(OutlierDetection::new());
     let start = Instant::now();
     h.with(|p, ctx| p.update(ctx, config(&[a, b], settings())));
     h.fail(a, 20);
@@ -328,7 +280,7 @@ async fn a_new_config_keeps_the_schedule_and_endpoints_keep_their_ejection() {
 #[tokio::test(start_paused = true)]
 async fn the_picker_counts_only_with_an_algorithm_on() {
     let a = refused();
-    let mut h = Harness::new();
+    let mut h = Harness::new(OutlierDetection::new());
     h.with(|p, ctx| p.update(ctx, config(&[a], settings())));
     assert!(h.policy.counters.contains_key(&a));
     let mut off = settings();

@@ -3,69 +3,15 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::*;
 use crate::lb::round_robin;
-use crate::subchannel::{SubchannelOptions, SubchannelPool};
+use crate::lb::test_harness::{self, refused};
 
-fn refused() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = l.local_addr().unwrap();
-    drop(l);
-    a
-}
-
-struct Harness {
-    pool: SubchannelPool,
-    tx: mpsc::UnboundedSender<Event>,
-    rx: mpsc::UnboundedReceiver<Event>,
-    next_timer: u64,
-    policy: OverrideHost,
-}
-
-impl Harness {
-    fn new() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let listener_tx = tx.clone();
-        let pool = SubchannelPool::new(
-            SubchannelOptions::default(),
-            Arc::new(move |id, addr, state| {
-                let _ = listener_tx.send(Event::Subchannel(id, addr, state));
-            }),
-        );
-        Harness {
-            pool,
-            tx,
-            rx,
-            next_timer: 0,
-            policy: OverrideHost::new(),
-        }
-    }
-
-    fn with<R>(&mut self, f: impl FnOnce(&mut OverrideHost, &mut Ctx<'_>) -> R) -> R {
-        let mut ctx = Ctx::new(&self.pool, &self.tx, &mut self.next_timer, "test");
-        f(&mut self.policy, &mut ctx)
-    }
-
-    /// Feeds events to the policy until a timer fires; returns when.
-    async fn next_timer(&mut self) -> Instant {
-        loop {
-            let e = tokio::time::timeout(Duration::from_secs(3600), self.rx.recv())
-                .await
-                .expect("an event within an hour")
-                .expect("the channel is open");
-            self.with(|p, ctx| p.event(ctx, &e));
-            if matches!(e, Event::Timer(_)) {
-                return Instant::now();
-            }
-        }
-    }
-}
+type Harness = test_harness::Harness<OverrideHost>;
 
 fn config(addr: SocketAddr) -> LbConfig {
     LbConfig::OverrideHost(Config {
@@ -83,7 +29,7 @@ fn config(addr: SocketAddr) -> LbConfig {
 #[tokio::test(start_paused = true)]
 async fn the_sweep_keeps_a_used_subchannel_and_lets_go_one_idle_timeout_after_its_last_use() {
     let a = refused();
-    let mut h = Harness::new();
+    let mut h = Harness::new(OverrideHost::new());
     let start = Instant::now();
     h.with(|p, ctx| p.update(ctx, config(a)));
     // A session needs the DRAINING endpoint: the policy makes and owns it.
@@ -118,7 +64,7 @@ async fn the_sweep_keeps_a_used_subchannel_and_lets_go_one_idle_timeout_after_it
 #[tokio::test(start_paused = true)]
 async fn sweeps_are_at_least_5_s_apart_and_none_runs_with_an_empty_map() {
     let a = refused();
-    let mut h = Harness::new();
+    let mut h = Harness::new(OverrideHost::new());
     let start = Instant::now();
     h.with(|p, ctx| p.update(ctx, config(a)));
     h.with(|p, ctx| p.event(ctx, &Event::SessionConnect(a)));
@@ -186,7 +132,7 @@ impl Harness {
 #[tokio::test(start_paused = true)]
 async fn the_sweep_timers_follow_c_cores_vector() {
     let (a, b, c) = (refused(), refused(), refused());
-    let mut h = Harness::new();
+    let mut h = Harness::new(OverrideHost::new());
     let start = Instant::now();
     h.with(|p, ctx| p.update(ctx, config_of(&[a, b, c])));
     assert_eq!(h.sweep_due(), Duration::from_secs(60));
@@ -226,7 +172,7 @@ async fn the_sweep_timers_follow_c_cores_vector() {
 #[tokio::test(start_paused = true)]
 async fn an_update_re_arms_the_sweep_from_the_update() {
     let a = refused();
-    let mut h = Harness::new();
+    let mut h = Harness::new(OverrideHost::new());
     let start = Instant::now();
     h.with(|p, ctx| p.update(ctx, config_of(&[a])));
     tokio::time::sleep(Duration::from_secs(5)).await;
