@@ -675,6 +675,85 @@ fn aggregate_clusters() {
 }
 
 /// A cluster with this `outlier_detection`.
+/// A cluster whose `load_balancing_policy` lists `policies` (typed
+/// configs, in order).
+fn with_policies(policies: Vec<Any>) -> cpb::Cluster {
+    cpb::Cluster {
+        load_balancing_policy: Some(cpb::LoadBalancingPolicy {
+            policies: policies
+                .into_iter()
+                .map(|any| cpb::load_balancing_policy::Policy {
+                    typed_extension_config: Some(core::TypedExtensionConfig {
+                        name: "p".into(),
+                        typed_config: Some(any),
+                    }),
+                })
+                .collect(),
+        }),
+        ..eds_cluster()
+    }
+}
+
+#[test]
+fn weighted_round_robin_inside_wrr_locality() {
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin;
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality;
+    use tether::lb::weighted_round_robin::Settings;
+    let wrr = |w: ClientSideWeightedRoundRobin| {
+        with_policies(vec![pack(&WrrLocality {
+            endpoint_picking_policy: Some(cpb::LoadBalancingPolicy {
+                policies: with_policies(vec![pack(&w)])
+                    .load_balancing_policy
+                    .unwrap()
+                    .policies,
+            }),
+        })])
+    };
+    let c = cluster_ok(&wrr(ClientSideWeightedRoundRobin::default()));
+    assert_eq!(
+        c.lb_policy,
+        LbPolicy::WrrLocality(Box::new(LbPolicy::WeightedRoundRobin(Settings::default())))
+    );
+    let c = cluster_ok(&wrr(ClientSideWeightedRoundRobin {
+        enable_oob_load_report: Some(pb::BoolValue { value: true }),
+        oob_reporting_period: Some(pb::Duration {
+            seconds: 0,
+            nanos: 500_000_000,
+        }),
+        blackout_period: Some(pb::Duration::default()),
+        weight_update_period: Some(pb::Duration {
+            seconds: 0,
+            nanos: 1_000_000,
+        }),
+        error_utilization_penalty: Some(pb::FloatValue { value: 0.5 }),
+        ..Default::default()
+    }));
+    let LbPolicy::WrrLocality(inner) = c.lb_policy else {
+        panic!("{:?}", c.lb_policy)
+    };
+    let LbPolicy::WeightedRoundRobin(s) = *inner else {
+        panic!("{inner:?}")
+    };
+    assert!(s.enable_oob_load_report);
+    assert_eq!(s.oob_reporting_period, Duration::from_millis(500));
+    assert_eq!(s.blackout_period, Duration::ZERO);
+    // Raised to the 100 ms floor.
+    assert_eq!(s.weight_update_period, Duration::from_millis(100));
+    assert_eq!(s.error_utilization_penalty, 0.5);
+    let nack = errors(
+        ResourceKind::Cluster,
+        &pack(&wrr(ClientSideWeightedRoundRobin {
+            error_utilization_penalty: Some(pb::FloatValue { value: -1.0 }),
+            ..Default::default()
+        })),
+    );
+    assert_eq!(nack.len(), 1, "{nack:?}");
+    assert!(
+        nack[0].contains("error_utilization_penalty") && nack[0].contains("-1"),
+        "{nack:?}"
+    );
+}
+
 fn with_outlier_detection(od: cpb::OutlierDetection) -> cpb::Cluster {
     cpb::Cluster {
         outlier_detection: Some(od),

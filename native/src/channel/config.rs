@@ -165,7 +165,7 @@ impl StaticEndpoint {
 
 /// A channel without a control plane: one cluster of fixed endpoints run by
 /// the same tree as an xDS cluster.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct StaticConfig {
     /// The cluster's name (in logs, stats and session cookies).
     pub cluster: String,
@@ -234,6 +234,9 @@ impl StaticConfig {
             }
             EndpointPolicy::LeastRequest { choice_count } => {
                 ClusterLbPolicy::LeastRequest { choice_count }
+            }
+            EndpointPolicy::WeightedRoundRobin(settings) => {
+                ClusterLbPolicy::WeightedRoundRobin(settings)
             }
         };
         let leaf = LeafCluster {

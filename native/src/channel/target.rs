@@ -14,7 +14,7 @@ pub const STATIC_CLUSTER: &str = "static";
 const FORMS: &str = "use xds:///NAME or static:///ADDR[,ADDR...]";
 
 /// A parsed target.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Target {
     /// `xds:///NAME`: the listener NAME, which also picks the virtual host.
     Xds {

@@ -544,6 +544,14 @@ fn lb_json(p: &LbPolicy) -> Value {
         LbPolicy::PickFirst { shuffle } => {
             json!({ "pick_first": { "shuffle_address_list": shuffle } })
         }
+        LbPolicy::WeightedRoundRobin(s) => json!({ "weighted_round_robin": {
+            "enable_oob_load_report": s.enable_oob_load_report,
+            "oob_reporting_period": duration(s.oob_reporting_period),
+            "blackout_period": duration(s.blackout_period),
+            "weight_expiration_period": duration(s.weight_expiration_period),
+            "weight_update_period": duration(s.weight_update_period),
+            "error_utilization_penalty": s.error_utilization_penalty,
+        }}),
         LbPolicy::WrrLocality(child) => {
             json!({ "wrr_locality": { "endpoint_picking_policy": lb_json(child) } })
         }

@@ -10,8 +10,8 @@
 //!           └ priority ─ failover between the cluster's priorities (A56)
 //!               ├ xds_wrr_locality ─ the priority's localities
 //!               │   └ weighted_target ─ a child per locality, by weight
-//!               │       └ round_robin | least_request | pick_first ─ over
-//!               │           the endpoints
+//!               │       └ round_robin | least_request | pick_first |
+//!               │         weighted_round_robin ─ over the endpoints
 //!               └ ring_hash ─ (RING_HASH, opt-in MAGLEV) one table over
 //!                   all the priority's localities, picked by the call's hash
 //! ```
@@ -462,6 +462,8 @@ pub enum LbConfig {
     RoundRobin(round_robin::Config),
     /// `least_request` (gRFC A48).
     LeastRequest(least_request::Config),
+    /// `weighted_round_robin` (gRFC A58).
+    WeightedRoundRobin(weighted_round_robin::Config),
     /// `pick_first`.
     PickFirst(pick_first::Config),
     /// `ring_hash` (a ring, or a Maglev table when opted in).
@@ -482,6 +484,7 @@ impl LbConfig {
             LbConfig::WeightedTarget(_) => "weighted_target",
             LbConfig::RoundRobin(_) => "round_robin",
             LbConfig::LeastRequest(_) => "least_request",
+            LbConfig::WeightedRoundRobin(_) => "weighted_round_robin",
             LbConfig::PickFirst(_) => "pick_first",
             LbConfig::RingHash(_) => "ring_hash",
         }
@@ -500,6 +503,9 @@ impl LbConfig {
             LbConfig::WeightedTarget(_) => Box::new(weighted_target::WeightedTarget::new()),
             LbConfig::RoundRobin(_) => Box::new(round_robin::RoundRobin::new()),
             LbConfig::LeastRequest(_) => Box::new(least_request::LeastRequest::new()),
+            LbConfig::WeightedRoundRobin(_) => {
+                Box::new(weighted_round_robin::WeightedRoundRobin::new())
+            }
             LbConfig::PickFirst(_) => Box::new(pick_first::PickFirst::new()),
             LbConfig::RingHash(_) => Box::new(ring_hash::RingHash::new()),
         }

@@ -73,7 +73,7 @@ impl Config {
 }
 
 /// What runs under each priority of a leaf cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum PriorityPolicy {
     /// `xds_wrr_locality` with this policy in each locality.
     Localities(EndpointPolicy),
@@ -114,6 +114,10 @@ fn priority_policy(policy: &ClusterLbPolicy) -> Result<PriorityPolicy, String> {
                 choice_count: *choice_count,
             }))
         }
+        // A58: weighted_target over the localities, WRR in each.
+        ClusterLbPolicy::WeightedRoundRobin(settings) => Ok(PriorityPolicy::Localities(
+            EndpointPolicy::WeightedRoundRobin(*settings),
+        )),
     }
 }
 

@@ -10,40 +10,24 @@
 //! from the weights; picks read it lock-free. Fewer than two usable weights,
 //! or weights that scale to the same value, mean plain round robin order.
 //!
-//! Status (work in progress, issue #20):
+//! The policy ([`WeightedRoundRobin`]) runs inside each locality under
+//! `xds_wrr_locality` when a cluster's `load_balancing_policy` names
+//! `ClientSideWeightedRoundRobin` (validated into [`Settings`]). Reports come
+//! per call, from the `endpoint-load-metrics-bin` trailer the picker's
+//! tracker reads, or, with `enable_oob_load_report`, from one
+//! [`OobStream`](crate::orca::OobStream) per READY endpoint. A server
+//! reports through [`crate::orca::LoadReportLayer`] (per call) and
+//! [`crate::orca::OrcaService`] (out of band).
 //!
-//! - Done: the config ([`Settings`], A58's defaults) and its parser from
-//!   the cluster's `ClientSideWeightedRoundRobin` (`parse`, errors naming
-//!   field and value); the scheduler ([`StaticStrideScheduler`]); the
-//!   weights with their blackout and expiration windows
-//!   ([`EndpointWeight`], [`weight_of`]); the picker
-//!   ([`WeightedRoundRobinPicker`]), which pushes the endpoint's weight as
-//!   the pick's tracker so that the call's `endpoint-load-metrics-bin`
-//!   trailer feeds it (per-call ORCA, [`crate::orca`]). The channel now
-//!   hands trackers the trailers through
-//!   [`CallTracker::finished_with_trailers`](super::CallTracker::finished_with_trailers)
-//!   (an addition with a default; `finished` is unchanged). The server
-//!   side is [`crate::orca::LoadReportLayer`].
-//! - Remains: the `LbPolicy` itself (over `endpoint_list`, as
-//!   `least_request` is: endpoint data `Arc<EndpointWeight>`, a
-//!   `weight_update_period` timer calling `update_scheduler` on the
-//!   current picker, `EndpointWeight::reset` when an endpoint leaves READY,
-//!   penalty updates on new configs, stats facts with the weights); an
-//!   `LbConfig::WeightedRoundRobin` variant; CDS wiring (accept
-//!   `envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin`
-//!   in `xds/resource/cluster.rs`'s `typed_policy` through `parse`, then
-//!   `cds` and `wrr_locality`'s endpoint policy); out-of-band reporting
-//!   (the client of `xds.service.orca.v3.OpenRcaService/StreamCoreMetrics`
-//!   per READY subchannel at `oob_reporting_period`, and the service for
-//!   `LoadReportLayer` users; the envoy-types crate has neither the
-//!   `xds.data.orca.v3` nor the `xds.service.orca.v3` package, so the
-//!   stream's request message and the service stubs must be declared by
-//!   hand as `OrcaLoadReport` is); the end-to-end test (three backends
-//!   behind `LoadReportLayer` reporting 0.2 / 0.4 / 0.8 get calls about
-//!   4:2:1 within 15%, per-call and out-of-band); a benchmark kind in
-//!   `benches/channel.rs`; tether-control's YAML for the policy.
+//! Where C-core and grpc-go differ, tether follows C-core: weights are
+//! capped at [`MAX_RATIO`] times the mean and raised to [`MIN_RATIO`] of it,
+//! and an endpoint that comes back to READY waits out a new blackout but
+//! keeps its last weight's time for expiry. One difference: equal scaled
+//! weights give round robin order here, which C-core's scheduler also
+//! produces (it builds a scheduler that accepts every draw).
 
 mod picker;
+mod policy;
 mod scheduler;
 #[cfg(test)]
 mod tests;
@@ -56,6 +40,7 @@ use envoy_types::pb::envoy::extensions::load_balancing_policies::client_side_wei
 use super::EndpointAddresses;
 use crate::xds::resource::Check;
 pub use picker::{ReadyEndpoint, WeightedRoundRobinPicker};
+pub use policy::WeightedRoundRobin;
 pub use scheduler::{StaticStrideScheduler, MAX_RATIO, MAX_WEIGHT, MIN_RATIO};
 pub use weight::{weight_of, EndpointWeight};
 
@@ -123,8 +108,6 @@ pub struct Config {
 /// on `c`, naming the field and value). Fields gRPC ignores
 /// (`metric_names_for_computing_utilization`, `slow_start_config`,
 /// `oob_reporting_config`) are ignored here too.
-// Used by the tests until CDS accepts the policy (see the module doc).
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn parse(c: &mut Check, p: &ClientSideWeightedRoundRobin) -> Option<Settings> {
     let mut ok = true;
     let mut duration = |c: &mut Check,

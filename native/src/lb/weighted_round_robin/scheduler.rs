@@ -16,8 +16,9 @@ pub const MAX_WEIGHT: u16 = u16::MAX;
 /// that one wild report cannot starve the others.
 pub const MAX_RATIO: f64 = 10.0;
 /// Every endpoint counts as at least this fraction of the mean, so that
-/// even a loaded endpoint keeps seeing some calls (and reporting).
-pub const MIN_RATIO: f64 = 0.1;
+/// even a loaded endpoint keeps seeing some calls (and reporting). C-core's
+/// value; grpc-go clamps neither end.
+pub const MIN_RATIO: f64 = 0.01;
 /// Draws a pick makes before settling for the last one drawn. The
 /// heaviest endpoint accepts every draw, so fewer than one draw per
 /// endpoint is ever rejected in a row unless other threads take the

@@ -84,8 +84,8 @@ fn weights_that_cannot_tell_endpoints_apart_mean_round_robin() {
 #[test]
 fn extreme_weights_are_clamped_around_the_mean() {
     // One huge weight among 19 small ones (mean about 50000): it counts as
-    // 10x the mean (the scale's top), and the small ones as a tenth of the
-    // mean, however small they are.
+    // 10x the mean (the scale's top), and the small ones as a hundredth of
+    // the mean, however small they are.
     let mut weights = vec![1.0; 20];
     weights[0] = 1_000_000.0;
     weights[1] = 0.1;
@@ -178,9 +178,28 @@ async fn weight_waits_out_the_blackout_and_expires() {
     tokio::time::advance(blackout).await;
     assert_eq!(w.weight(Instant::now(), expiration, blackout), 200.0);
 
-    // A reconnection forgets everything.
-    w.reset();
-    assert_eq!(w.weight(Instant::now(), expiration, blackout), 0.0, "reset");
+    // Leaving READY keeps the weight; coming back starts a new blackout
+    // (C-core), the first READY does not.
+    w.set_ready(true);
+    assert_eq!(w.weight(Instant::now(), expiration, blackout), 200.0);
+    w.set_ready(false);
+    assert_eq!(w.weight(Instant::now(), expiration, blackout), 200.0);
+    w.set_ready(true);
+    assert_eq!(
+        w.weight(Instant::now(), expiration, blackout),
+        0.0,
+        "back to READY"
+    );
+    assert!(w.report(&report(100.0, 0.25), Instant::now()));
+    tokio::time::advance(blackout).await;
+    assert_eq!(w.weight(Instant::now(), expiration, blackout), 400.0);
+    let fresh = EndpointWeight::new(1.0);
+    assert!(fresh.report(&report(100.0, 0.5), Instant::now()));
+    fresh.set_ready(true);
+    assert_eq!(
+        fresh.weight(Instant::now(), expiration, Duration::ZERO),
+        200.0
+    );
 }
 
 #[tokio::test(start_paused = true)]

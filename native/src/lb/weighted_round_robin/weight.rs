@@ -4,7 +4,7 @@
 //! `cpu_utilization`. A weight is usable only after reports have come in
 //! for `blackout_period` (a fresh endpoint's first numbers are noisy) and
 //! until none has come in for `weight_expiration_period`; after such a
-//! gap the blackout starts again. An unusable weight reads as 0, which the
+//! gap, or a reconnection, the blackout starts again. An unusable weight reads as 0, which the
 //! scheduler replaces by the mean of the others.
 //!
 //! Reports arrive from calls ending on any thread (per call) or from the
@@ -37,6 +37,9 @@ struct State {
     last_updated: Option<Instant>,
     /// The config's `error_utilization_penalty`, applied as reports come in.
     error_utilization_penalty: f64,
+    /// Whether the endpoint is READY, and whether it ever was.
+    ready: bool,
+    ever_ready: bool,
 }
 
 impl EndpointWeight {
@@ -48,6 +51,8 @@ impl EndpointWeight {
                 non_empty_since: None,
                 last_updated: None,
                 error_utilization_penalty: f64::from(error_utilization_penalty),
+                ready: false,
+                ever_ready: false,
             }),
         }
     }
@@ -105,13 +110,17 @@ impl EndpointWeight {
         s.weight
     }
 
-    /// Forgets the reports: the endpoint reconnected (its new connection
-    /// may be to another process), so the blackout starts again.
-    pub fn reset(&self) {
+    /// The endpoint became READY or left it. Coming back to READY after
+    /// a disconnection starts the blackout again, as the new connection may
+    /// reach another process (C-core keeps the last weight and its time
+    /// for expiry; grpc-go forgets both, which picks the same).
+    pub fn set_ready(&self, ready: bool) {
         let mut s = self.lock();
-        s.non_empty_since = None;
-        s.last_updated = None;
-        s.weight = 0.0;
+        if ready && !s.ready && s.ever_ready {
+            s.non_empty_since = None;
+        }
+        s.ready = ready;
+        s.ever_ready |= ready;
     }
 }
 

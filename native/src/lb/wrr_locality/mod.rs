@@ -4,13 +4,13 @@
 
 use super::weighted_target::{self, Target, WeightedTarget};
 use super::{
-    least_request, pick_first, round_robin, ConnectivityState, Ctx, EndpointAddresses, Event,
-    LbConfig, LbPolicy, PolicyStats, SharedPicker,
+    least_request, pick_first, round_robin, weighted_round_robin, ConnectivityState, Ctx,
+    EndpointAddresses, Event, LbConfig, LbPolicy, PolicyStats, SharedPicker,
 };
 use crate::xds::resource::endpoint::LocalityName;
 
 /// The policy each locality runs over its endpoints.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum EndpointPolicy {
     /// `round_robin`.
     RoundRobin,
@@ -24,6 +24,9 @@ pub enum EndpointPolicy {
         /// Endpoints drawn per pick (at least 2; more than 10 is used as 10).
         choice_count: u32,
     },
+    /// `weighted_round_robin` (gRFC A58), weighted by the endpoints' load
+    /// reports (gRFC A51).
+    WeightedRoundRobin(weighted_round_robin::Settings),
 }
 
 /// One locality of a priority.
@@ -66,6 +69,12 @@ impl Config {
                         LbConfig::LeastRequest(least_request::Config {
                             endpoints: l.endpoints.clone(),
                             choice_count,
+                        })
+                    }
+                    EndpointPolicy::WeightedRoundRobin(settings) => {
+                        LbConfig::WeightedRoundRobin(weighted_round_robin::Config {
+                            endpoints: l.endpoints.clone(),
+                            settings,
                         })
                     }
                 };

@@ -87,7 +87,7 @@ impl ClusterResource {
 }
 
 /// A load balancing policy.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum LbPolicy {
     /// Round robin (inside weighted localities).
     RoundRobin,
@@ -114,6 +114,8 @@ pub enum LbPolicy {
         /// Shuffle the address list first.
         shuffle: bool,
     },
+    /// Weighted round robin by the endpoints' load reports (A58).
+    WeightedRoundRobin(crate::lb::weighted_round_robin::Settings),
     /// Weighted localities, each running the child policy.
     WrrLocality(Box<LbPolicy>),
 }
@@ -569,6 +571,16 @@ fn typed_policy(c: &mut Check, p: &cpb::LoadBalancingPolicy, depth: usize) -> Op
                         Some(Some(LbPolicy::PickFirst {
                             shuffle: f.shuffle_address_list,
                         }))
+                    } else if name
+                        == lbp::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin::full_name()
+                    {
+                        let w = c.unpack::<
+                            lbp::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin,
+                        >(any)?;
+                        Some(
+                            crate::lb::weighted_round_robin::parse(c, &w)
+                                .map(LbPolicy::WeightedRoundRobin),
+                        )
                     } else if name == lbp::wrr_locality::v3::WrrLocality::full_name() {
                         let w = c.unpack::<lbp::wrr_locality::v3::WrrLocality>(any)?;
                         let child = c.at("endpoint_picking_policy", |c| {
