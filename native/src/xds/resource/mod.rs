@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod endpoint;
 pub mod listener;
 pub mod route;
+pub mod typed_struct;
 
 use std::fmt;
 use std::sync::Arc;
