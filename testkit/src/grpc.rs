@@ -78,18 +78,62 @@ impl Backend<Grpc> {
         delay: Duration,
         failing: Option<Arc<AtomicBool>>,
     ) -> GrpcBackend {
+        Self::start_wrapped_full(name, addr, delay, failing, |routes| routes).await
+    }
+
+    /// Starts a backend called `name` on a random 127.0.0.1 port whose Echo
+    /// routes are first handed to `wrap`, which may add services beside
+    /// Echo or layers around it (a load reporting server, say).
+    pub async fn start_wrapped<S, B>(name: &str, wrap: impl FnOnce(Routes) -> S) -> GrpcBackend
+    where
+        S: Service<
+                tonic::codegen::http::Request<hyper::body::Incoming>,
+                Response = tonic::codegen::http::Response<B>,
+            > + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        B: tonic::codegen::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let addr = "127.0.0.1:0".parse().expect("addr");
+        Self::start_wrapped_full(name, addr, Duration::ZERO, None, wrap).await
+    }
+
+    async fn start_wrapped_full<S, B>(
+        name: &str,
+        addr: SocketAddr,
+        delay: Duration,
+        failing: Option<Arc<AtomicBool>>,
+        wrap: impl FnOnce(Routes) -> S,
+    ) -> GrpcBackend
+    where
+        S: Service<
+                tonic::codegen::http::Request<hyper::body::Incoming>,
+                Response = tonic::codegen::http::Response<B>,
+            > + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        B: tonic::codegen::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .expect("bind gRPC backend");
         let addr = listener.local_addr().expect("gRPC backend addr");
         let served = Arc::new(AtomicU64::new(0));
-        let routes = Routes::new(EchoServer::new(EchoService {
+        let routes = wrap(Routes::new(EchoServer::new(EchoService {
             name: name.to_string(),
             addr,
             served: served.clone(),
             delay,
             failing,
-        }));
+        })));
         let task = accept_loop(listener, move |stream| {
             let _ = stream.set_nodelay(true);
             let svc = TowerToHyperService::new(routes.clone());
