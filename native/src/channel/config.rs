@@ -224,19 +224,25 @@ impl StaticConfig {
             }
         }
         let name: Arc<str> = self.cluster.as_str().into();
-        let lb_policy = match self.policy {
+        let lb_policy = match &self.policy {
             EndpointPolicy::RoundRobin => ClusterLbPolicy::RoundRobin,
-            EndpointPolicy::PickFirst { shuffle } => ClusterLbPolicy::PickFirst { shuffle },
-            EndpointPolicy::LeastRequest { choice_count } if choice_count < 2 => {
+            EndpointPolicy::PickFirst { shuffle } => {
+                ClusterLbPolicy::PickFirst { shuffle: *shuffle }
+            }
+            EndpointPolicy::LeastRequest { choice_count } if *choice_count < 2 => {
                 return Err(format!(
                     "static channel: policy least_request choice_count {choice_count} must be at least 2"
                 ));
             }
-            EndpointPolicy::LeastRequest { choice_count } => {
-                ClusterLbPolicy::LeastRequest { choice_count }
-            }
+            EndpointPolicy::LeastRequest { choice_count } => ClusterLbPolicy::LeastRequest {
+                choice_count: *choice_count,
+            },
             EndpointPolicy::WeightedRoundRobin(settings) => {
-                ClusterLbPolicy::WeightedRoundRobin(settings)
+                ClusterLbPolicy::WeightedRoundRobin(*settings)
+            }
+            // Inside the locality, as an xDS cluster's wrr_locality runs it.
+            EndpointPolicy::Custom(p) => {
+                ClusterLbPolicy::WrrLocality(Box::new(ClusterLbPolicy::Custom(p.clone())))
             }
         };
         let leaf = LeafCluster {

@@ -250,6 +250,16 @@ impl ChannelBuilder {
         self
     }
 
+    /// Custom LB policies (gRFC A52) the channel's own XdsClient accepts
+    /// in clusters' `load_balancing_policy` lists, selected by name through
+    /// a TypedStruct (see [`crate::lb::registry`]). A shared XdsClient
+    /// ([`ChannelBuilder::xds_client`]) keeps its own registry, set in its
+    /// [`ClientOptions`]' validation.
+    pub fn lb_policy_registry(mut self, registry: crate::lb::PolicyRegistry) -> Self {
+        self.client_options.validation.policies = registry;
+        self
+    }
+
     /// How session cookies are written (default: C-core's format, unsigned).
     /// The channel reads every format whatever it writes.
     pub fn session_options(mut self, options: SessionOptions) -> Self {
@@ -270,7 +280,7 @@ impl ChannelBuilder {
     pub fn connect(self, target: &str) -> Result<Channel, ChannelError> {
         let name = match Target::parse(target)? {
             Target::Xds { name } => name,
-            Target::Static(config) => return self.connect_static(config),
+            Target::Static(config) => return self.connect_static(*config),
         };
         let client = match self.xds_client.clone() {
             Some(c) => c,

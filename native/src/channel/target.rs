@@ -23,7 +23,7 @@ pub enum Target {
     },
     /// `static:///ADDR,...`: round robin over those endpoints, one
     /// locality, priority 0, cluster `static`.
-    Static(StaticConfig),
+    Static(Box<StaticConfig>),
 }
 
 impl Target {
@@ -68,12 +68,12 @@ impl Target {
                             })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                Ok(Target::Static(StaticConfig {
+                Ok(Target::Static(Box::new(StaticConfig {
                     cluster: STATIC_CLUSTER.to_owned(),
                     endpoints,
                     policy: EndpointPolicy::RoundRobin,
                     session: None,
-                }))
+                })))
             }
             _ => Err(err(format!(
                 "the scheme {scheme:?} is not supported ({FORMS})"

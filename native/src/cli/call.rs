@@ -197,7 +197,7 @@ pub fn run(a: CallArgs) -> i32 {
         // The channel spawns its tasks: it must be made inside the runtime.
         let channel = match &a.target {
             Target::Xds { name } => builder.connect(&format!("xds:///{name}")),
-            Target::Static(config) => builder.connect_static(config.clone()),
+            Target::Static(config) => builder.connect_static(*config.clone()),
         };
         match channel {
             Ok(channel) => calls(&a, channel).await,

@@ -552,6 +552,7 @@ fn lb_json(p: &LbPolicy) -> Value {
             "weight_update_period": duration(s.weight_update_period),
             "error_utilization_penalty": s.error_utilization_penalty,
         }}),
+        LbPolicy::Custom(p) => json!({ p.name(): p.config }),
         LbPolicy::WrrLocality(child) => {
             json!({ "wrr_locality": { "endpoint_picking_policy": lb_json(child) } })
         }

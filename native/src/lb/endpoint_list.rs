@@ -8,7 +8,8 @@
 //!
 //! What differs between the policies stays with them: which endpoints the
 //! config yields, what each keeps beside an endpoint's list (`T`), and the
-//! READY picker.
+//! READY picker. Custom policies (gRFC A52, [`super::registry`]) build on
+//! it the same way.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -22,7 +23,7 @@ use crate::subchannel::{Subchannel, SubchannelStats};
 
 /// One endpoint: its address list and what the policy keeps beside it.
 #[derive(Debug)]
-pub(super) struct Endpoint<T> {
+pub struct Endpoint<T> {
     /// The endpoint's addresses, connected pick_first.
     pub list: AddressList,
     /// The policy's own per-endpoint data, kept while the endpoint stays.
@@ -31,7 +32,7 @@ pub(super) struct Endpoint<T> {
 
 /// A policy's endpoints, their tallies, its state and its current picker.
 #[derive(Debug)]
-pub(super) struct EndpointList<T> {
+pub struct EndpointList<T> {
     endpoints: Vec<Endpoint<T>>,
     /// Which endpoints hold each subchannel, so that a state change costs
     /// what that subchannel's endpoints cost, not all of them.

@@ -22,20 +22,23 @@
 //! publishes an immutable [`Picker`] that RPCs read without a lock.
 //!
 //! One module per policy, each with its config, its picker and the policy;
-//! `endpoint_list` holds the endpoint bookkeeping `round_robin` and
-//! `least_request` share.
+//! `endpoint_list` holds the endpoint bookkeeping `round_robin`,
+//! `least_request` and `weighted_round_robin` share, and `registry` the
+//! custom policies a tether user adds (gRFC A52), which go where the
+//! endpoint policies go.
 
 mod aggregate;
 pub mod cds;
 pub mod cluster_impl;
 pub mod cluster_manager;
-mod endpoint_list;
+pub mod endpoint_list;
 pub mod least_request;
 pub mod outlier_detection;
 pub mod override_host;
 pub mod pick_first;
 pub mod priority;
 pub(crate) mod random;
+pub mod registry;
 pub mod ring_hash;
 pub mod round_robin;
 #[cfg(test)]
@@ -58,6 +61,8 @@ pub use crate::subchannel::ConnectivityState;
 pub use crate::subchannel::{Subchannel, SubchannelId, SubchannelPool};
 pub use crate::xds::resource::endpoint::HealthStatus;
 pub use aggregate::aggregate_state;
+pub use endpoint_list::{Endpoint, EndpointList};
+pub use registry::{CustomConfig, CustomPolicy, ParsedConfig, PolicyBuilder, PolicyRegistry};
 
 /// One endpoint as a policy sees it: its addresses (gRFC A61: the first is
 /// the primary), its weight and its EDS health.
@@ -468,6 +473,8 @@ pub enum LbConfig {
     PickFirst(pick_first::Config),
     /// `ring_hash` (a ring, or a Maglev table when opted in).
     RingHash(ring_hash::Config),
+    /// A policy from the channel's [`PolicyRegistry`] (gRFC A52).
+    Custom(CustomConfig),
 }
 
 impl LbConfig {
@@ -487,6 +494,7 @@ impl LbConfig {
             LbConfig::WeightedRoundRobin(_) => "weighted_round_robin",
             LbConfig::PickFirst(_) => "pick_first",
             LbConfig::RingHash(_) => "ring_hash",
+            LbConfig::Custom(c) => c.policy.name(),
         }
     }
 
@@ -508,6 +516,7 @@ impl LbConfig {
             }
             LbConfig::PickFirst(_) => Box::new(pick_first::PickFirst::new()),
             LbConfig::RingHash(_) => Box::new(ring_hash::RingHash::new()),
+            LbConfig::Custom(c) => c.policy.build(),
         }
     }
 }

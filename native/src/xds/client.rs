@@ -727,7 +727,7 @@ impl Actor {
         let mut invalid: Vec<(Option<String>, ValidationError)> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for any in &resp.resources {
-            let decoded = resource::decode_with(kind, any, self.validation);
+            let decoded = resource::decode_with(kind, any, self.validation.clone());
             match decoded.result {
                 Ok(r) => {
                     let name = r.name().to_owned();

@@ -24,8 +24,8 @@ use super::priority;
 use super::ring_hash;
 use super::wrr_locality::{self, EndpointPolicy, Locality};
 use super::{
-    Child, ConnectivityState, Ctx, EndpointAddresses, Event, FailPicker, HealthStatus, LbConfig,
-    LbPolicy, PolicyStats, SharedPicker,
+    Child, ConnectivityState, Ctx, CustomConfig, CustomPolicy, EndpointAddresses, Event,
+    FailPicker, HealthStatus, LbConfig, LbPolicy, PolicyStats, SharedPicker,
 };
 use crate::xds::resource::cluster::{ClusterResource, LbPolicy as ClusterLbPolicy};
 use crate::xds::resource::endpoint::{Endpoint, EndpointsResource, Priority};
@@ -73,12 +73,16 @@ impl Config {
 }
 
 /// What runs under each priority of a leaf cluster.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 enum PriorityPolicy {
     /// `xds_wrr_locality` with this policy in each locality.
     Localities(EndpointPolicy),
     /// `ring_hash` over all the localities, with this table.
     Hash(ring_hash::Table),
+    /// A custom policy (gRFC A52) at the top of the cluster's list: one
+    /// instance over all the localities' endpoints, as gRPC runs any
+    /// policy not under `xds_wrr_locality`.
+    Whole(CustomPolicy),
 }
 
 /// The policy under each priority for a cluster's `lb_policy`, or why the
@@ -95,6 +99,7 @@ fn priority_policy(policy: &ClusterLbPolicy) -> Result<PriorityPolicy, String> {
             PriorityPolicy::Localities(p) => Ok(PriorityPolicy::Localities(p)),
             // gRPC would build one ring per locality, under weighted_target.
             PriorityPolicy::Hash(_) => Err("ring_hash under wrr_locality".to_owned()),
+            PriorityPolicy::Whole(p) => Ok(PriorityPolicy::Localities(EndpointPolicy::Custom(p))),
         },
         ClusterLbPolicy::RingHash {
             min_ring_size,
@@ -118,6 +123,7 @@ fn priority_policy(policy: &ClusterLbPolicy) -> Result<PriorityPolicy, String> {
         ClusterLbPolicy::WeightedRoundRobin(settings) => Ok(PriorityPolicy::Localities(
             EndpointPolicy::WeightedRoundRobin(*settings),
         )),
+        ClusterLbPolicy::Custom(p) => Ok(PriorityPolicy::Whole(p.clone())),
     }
 }
 
@@ -163,16 +169,21 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
         .enumerate()
         .map(|(i, p)| {
             let localities = localities(p);
-            let child = match policy {
+            let child = match &policy {
                 PriorityPolicy::Localities(child_policy) => {
                     LbConfig::WrrLocality(wrr_locality::Config {
                         localities,
-                        child_policy,
+                        child_policy: child_policy.clone(),
                     })
                 }
-                PriorityPolicy::Hash(table) => {
-                    LbConfig::RingHash(ring_hash::Config { localities, table })
-                }
+                PriorityPolicy::Hash(table) => LbConfig::RingHash(ring_hash::Config {
+                    localities,
+                    table: *table,
+                }),
+                PriorityPolicy::Whole(custom) => LbConfig::Custom(CustomConfig {
+                    endpoints: localities.into_iter().flat_map(|l| l.endpoints).collect(),
+                    policy: custom.clone(),
+                }),
             };
             (format!("{}[priority-{i}]", leaf.name), child)
         })

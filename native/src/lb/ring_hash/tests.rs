@@ -733,7 +733,12 @@ mod validation {
         }
     }
 
-    const OPT_IN: ValidationOptions = ValidationOptions { maglev: true };
+    fn opt_in() -> ValidationOptions {
+        ValidationOptions {
+            maglev: true,
+            ..Default::default()
+        }
+    }
 
     fn errors(c: &cpb::Cluster, options: ValidationOptions) -> Vec<String> {
         match decode_with(ResourceKind::Cluster, &pack(c), options).result {
@@ -796,27 +801,27 @@ mod validation {
     #[test]
     fn maglev_is_accepted_with_the_opt_in() {
         assert_eq!(
-            policy(&legacy(Some(1021)), OPT_IN),
+            policy(&legacy(Some(1021)), opt_in()),
             LbPolicy::Maglev { table_size: 1021 }
         );
         assert_eq!(
-            policy(&legacy(None), OPT_IN),
+            policy(&legacy(None), opt_in()),
             LbPolicy::Maglev { table_size: 65537 }
         );
         assert_eq!(
-            policy(&typed(Some(251)), OPT_IN),
+            policy(&typed(Some(251)), opt_in()),
             LbPolicy::Maglev { table_size: 251 }
         );
         assert_eq!(
-            policy(&typed(None), OPT_IN),
+            policy(&typed(None), opt_in()),
             LbPolicy::Maglev { table_size: 65537 }
         );
         assert_eq!(
-            errors(&legacy(Some(1000)), OPT_IN),
+            errors(&legacy(Some(1000)), opt_in()),
             ["maglev_lb_config.table_size: 1000 must be a prime number up to 5000011"]
         );
         assert_eq!(
-            errors(&typed(Some(5_000_101)), OPT_IN),
+            errors(&typed(Some(5_000_101)), opt_in()),
             ["load_balancing_policy.policies[0].typed_extension_config.typed_config.table_size: \
               5000101 must be a prime number up to 5000011"]
         );

@@ -5,12 +5,13 @@
 use super::weighted_target::{self, Target, WeightedTarget};
 use super::{
     least_request, pick_first, round_robin, weighted_round_robin, ConnectivityState, Ctx,
-    EndpointAddresses, Event, LbConfig, LbPolicy, PolicyStats, SharedPicker,
+    CustomConfig, CustomPolicy, EndpointAddresses, Event, LbConfig, LbPolicy, PolicyStats,
+    SharedPicker,
 };
 use crate::xds::resource::endpoint::LocalityName;
 
 /// The policy each locality runs over its endpoints.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum EndpointPolicy {
     /// `round_robin`.
     RoundRobin,
@@ -27,6 +28,8 @@ pub enum EndpointPolicy {
     /// `weighted_round_robin` (gRFC A58), weighted by the endpoints' load
     /// reports (gRFC A51).
     WeightedRoundRobin(weighted_round_robin::Settings),
+    /// A policy from the channel's registry (gRFC A52).
+    Custom(CustomPolicy),
 }
 
 /// One locality of a priority.
@@ -55,28 +58,32 @@ impl Config {
             .localities
             .iter()
             .map(|l| {
-                let child = match self.child_policy {
+                let child = match &self.child_policy {
                     EndpointPolicy::RoundRobin => LbConfig::RoundRobin(round_robin::Config {
                         endpoints: l.endpoints.clone(),
                     }),
                     EndpointPolicy::PickFirst { shuffle } => {
                         LbConfig::PickFirst(pick_first::Config {
                             endpoints: l.endpoints.clone(),
-                            shuffle,
+                            shuffle: *shuffle,
                         })
                     }
                     EndpointPolicy::LeastRequest { choice_count } => {
                         LbConfig::LeastRequest(least_request::Config {
                             endpoints: l.endpoints.clone(),
-                            choice_count,
+                            choice_count: *choice_count,
                         })
                     }
                     EndpointPolicy::WeightedRoundRobin(settings) => {
                         LbConfig::WeightedRoundRobin(weighted_round_robin::Config {
                             endpoints: l.endpoints.clone(),
-                            settings,
+                            settings: *settings,
                         })
                     }
+                    EndpointPolicy::Custom(policy) => LbConfig::Custom(CustomConfig {
+                        endpoints: l.endpoints.clone(),
+                        policy: policy.clone(),
+                    }),
                 };
                 (
                     l.name.to_string(),

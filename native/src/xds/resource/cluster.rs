@@ -19,10 +19,12 @@ pub use cpb::Cluster;
 
 use super::endpoint::{HealthSet, HealthStatus};
 use super::listener::config_source_is_ads;
+use super::typed_struct::{TypedStruct, UDPA_TYPED_STRUCT};
 use super::{type_name, Check};
 use crate::lb::outlier_detection::{
     FailurePercentageEjection, OutlierDetectionConfig, SuccessRateEjection,
 };
+use crate::lb::CustomPolicy;
 
 /// Default session idle timeout (A75).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -116,6 +118,9 @@ pub enum LbPolicy {
     },
     /// Weighted round robin by the endpoints' load reports (A58).
     WeightedRoundRobin(crate::lb::weighted_round_robin::Settings),
+    /// A custom policy from the channel's registry (gRFC A52), selected by
+    /// a TypedStruct naming it.
+    Custom(CustomPolicy),
     /// Weighted localities, each running the child policy.
     WrrLocality(Box<LbPolicy>),
 }
@@ -518,6 +523,40 @@ fn legacy_policy(c: &mut Check, cl: &Cluster) -> Option<LbPolicy> {
     }
 }
 
+/// A TypedStruct entry of a policy list: the custom policy it names
+/// (gRFC A52) with its config parsed, an error (`Some(None)`) when its type
+/// URL names nothing or the policy refuses the config, or `None` (try the
+/// next entry) when no policy of that name is registered.
+fn custom_policy(
+    c: &mut Check,
+    any: &envoy_types::pb::google::protobuf::Any,
+) -> Option<Option<LbPolicy>> {
+    let t = match <TypedStruct as prost::Message>::decode(any.value.as_slice()) {
+        Ok(t) => t,
+        Err(e) => {
+            c.fail(format!(
+                "cannot be decoded as {}: {e}",
+                type_name(&any.type_url)
+            ));
+            return Some(None);
+        }
+    };
+    let Some(name) = t.name() else {
+        c.at("type_url", |c| c.fail_value(&t.type_url, "names no policy"));
+        return Some(None);
+    };
+    let builder = c.options().policies.get(name)?.clone();
+    match CustomPolicy::parse(&builder, t.config()) {
+        Ok(p) => Some(Some(LbPolicy::Custom(p))),
+        Err(e) => {
+            c.at("value", |c| {
+                c.fail(format!("policy {name} refused its config: {e}"))
+            });
+            Some(None)
+        }
+    }
+}
+
 /// The first supported policy of a `load_balancing_policy` list.
 fn typed_policy(c: &mut Check, p: &cpb::LoadBalancingPolicy, depth: usize) -> Option<LbPolicy> {
     if depth > 16 {
@@ -581,6 +620,8 @@ fn typed_policy(c: &mut Check, p: &cpb::LoadBalancingPolicy, depth: usize) -> Op
                             crate::lb::weighted_round_robin::parse(c, &w)
                                 .map(LbPolicy::WeightedRoundRobin),
                         )
+                    } else if name == TypedStruct::full_name() || name == UDPA_TYPED_STRUCT {
+                        custom_policy(c, any)
                     } else if name == lbp::wrr_locality::v3::WrrLocality::full_name() {
                         let w = c.unpack::<lbp::wrr_locality::v3::WrrLocality>(any)?;
                         let child = c.at("endpoint_picking_policy", |c| {

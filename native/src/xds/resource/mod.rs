@@ -171,12 +171,15 @@ impl std::error::Error for ValidationError {}
 
 /// What validation accepts beyond gRPC's rules. Everything is off by
 /// default, so that tether NACKs what gRPC NACKs unless asked otherwise.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ValidationOptions {
     /// Accept clusters whose LB policy is MAGLEV (legacy `lb_policy` with
     /// `maglev_lb_config`, or the typed Maglev policy), which gRPC rejects;
     /// the channel runs them as `ring_hash` with a Maglev table.
     pub maglev: bool,
+    /// Custom LB policies (gRFC A52) a cluster's `load_balancing_policy`
+    /// may select by name; none by default.
+    pub policies: crate::lb::PolicyRegistry,
 }
 
 /// Collects field errors while walking a message; `at` pushes a path segment.
@@ -197,8 +200,8 @@ impl Check {
     }
 
     /// What this validation accepts beyond gRPC's rules.
-    pub(crate) fn options(&self) -> ValidationOptions {
-        self.options
+    pub(crate) fn options(&self) -> &ValidationOptions {
+        &self.options
     }
 
     /// Runs `f` with `segment` (`name` or `[3]`) appended to the path.
