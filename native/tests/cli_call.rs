@@ -138,6 +138,7 @@ async fn a_static_target_round_robins_over_both_backends() {
                 "code",
                 "peer",
                 "cluster",
+                "policy",
                 "response",
                 "cookie",
                 "set_cookie"
@@ -145,6 +146,7 @@ async fn a_static_target_round_robins_over_both_backends() {
         );
         assert_eq!(c["call"], i + 1);
         assert_eq!(c["cluster"], "static");
+        assert_eq!(c["policy"], "round_robin");
         assert_eq!(c["cookie"], Value::Null);
         assert_eq!(c["set_cookie"], serde_json::json!([]));
     }
@@ -208,6 +210,7 @@ services:
     for c in &calls {
         // RoundRobin, the default strategy: the cluster is the service's name.
         assert_eq!(c["cluster"], "echo", "{c}");
+        assert_eq!(c["policy"], "round_robin", "{c}");
     }
     assert_answered_by_peer(&run, &names);
     let peers: HashSet<&str> = calls.iter().map(|c| c["peer"].as_str().unwrap()).collect();
@@ -244,12 +247,14 @@ async fn a_refused_address_is_unavailable_and_exits_1() {
             "code",
             "peer",
             "cluster",
+            "policy",
             "message",
             "cookie",
             "set_cookie"
         ]
     );
     assert_eq!(c["code"], "UNAVAILABLE", "{c}");
+    assert_eq!(c["policy"], Value::Null, "{c}");
     assert!(
         c["message"]
             .as_str()

@@ -280,10 +280,18 @@ async fn dump_shows_what_tether_control_configured() {
         serde_json::json!(["UNKNOWN", "HEALTHY"])
     );
     assert_eq!(ring["idle_timeout"], "3600s");
+    assert_eq!(
+        ring["policy_chain"],
+        "cds > xds_cluster_impl > xds_override_host > priority > ring_hash"
+    );
     let session = &find(&doc, "clusters", "web/session")["resource"];
     assert_eq!(
         session["lb_policy"],
         serde_json::json!({ "round_robin": {} })
+    );
+    assert_eq!(
+        session["policy_chain"],
+        "cds > xds_cluster_impl > xds_override_host > priority > xds_wrr_locality > weighted_target > round_robin"
     );
     assert_eq!(
         session["override_host_status"],

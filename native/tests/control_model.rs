@@ -1035,3 +1035,480 @@ fn envoy_node_errors_name_the_field_value_and_line() {
         "{e}"
     );
 }
+
+// ---- WeightedRoundRobin, PickFirst and Custom. ----
+
+/// Every setting on `web`'s clusters; `api` takes the defaults.
+const STRATEGIES: &str = r#"listener:
+  port: 10000
+virtualhosts:
+  - name: shop
+    routes:
+      - conditions: [{ prefix: /wrr }]
+        services: [{ name: web }]
+        loadBalancerPolicy:
+          strategy: WeightedRoundRobin
+          weightedRoundRobin:
+            enableOobLoadReport: true
+            oobReportingPeriod: 5s
+            blackoutPeriod: 0.5s
+            weightExpirationPeriod: 60s
+            weightUpdatePeriod: 2s
+            errorUtilizationPenalty: 0.25
+      - conditions: [{ prefix: /pf }]
+        services: [{ name: web }]
+        loadBalancerPolicy:
+          strategy: PickFirst
+          shuffleAddressList: true
+      - conditions: [{ prefix: /custom }]
+        services: [{ name: web }]
+        loadBalancerPolicy:
+          strategy: Custom
+          custom:
+            policy: example.fewest_failures
+            config: { threshold: 0.5, names: [a, b], nested: { on: true } }
+      - conditions: [{ prefix: /api-wrr }]
+        services: [{ name: api }]
+        loadBalancerPolicy:
+          strategy: WeightedRoundRobin
+      - conditions: [{ prefix: /api-pf }]
+        services: [{ name: api }]
+        loadBalancerPolicy:
+          strategy: PickFirst
+      - conditions: [{ prefix: /api-custom }]
+        services: [{ name: api }]
+        loadBalancerPolicy:
+          strategy: Custom
+          custom: { policy: bare }
+services:
+  - name: web
+    endpoints:
+      - address: 127.0.0.1:8001
+      - address: 127.0.0.1:8002
+  - name: api
+    endpoints:
+      - address: 127.0.0.1:9001
+"#;
+
+/// The settings `STRATEGIES` gives `web/weighted-round-robin`.
+fn web_wrr_settings() -> tether::lb::weighted_round_robin::Settings {
+    use std::time::Duration;
+    tether::lb::weighted_round_robin::Settings {
+        enable_oob_load_report: true,
+        oob_reporting_period: Duration::from_secs(5),
+        blackout_period: Duration::from_millis(500),
+        weight_expiration_period: Duration::from_secs(60),
+        weight_update_period: Duration::from_secs(2),
+        error_utilization_penalty: 0.25,
+    }
+}
+
+#[test]
+fn new_strategies_parse_with_their_settings() {
+    use tether::control::model::Strategy;
+    let c = Config::parse(STRATEGIES).unwrap();
+    let policies: Vec<_> = c.virtualhosts[0]
+        .routes
+        .iter()
+        .map(|r| &r.load_balancer_policy)
+        .collect();
+    assert_eq!(policies[0].strategy, Strategy::WeightedRoundRobin);
+    assert_eq!(
+        policies[0].weighted_round_robin.unwrap().settings(),
+        web_wrr_settings()
+    );
+    assert_eq!(policies[1].strategy, Strategy::PickFirst);
+    assert_eq!(policies[1].shuffle_address_list, Some(true));
+    let custom = policies[2].custom.as_ref().unwrap();
+    assert_eq!(custom.policy, "example.fewest_failures");
+    assert_eq!(
+        custom.config,
+        serde_json::json!({"threshold": 0.5, "names": ["a", "b"], "nested": {"on": true}})
+    );
+    // What the clusters get: written settings, else gRPC's defaults.
+    assert_eq!(c.weighted_round_robin_settings("web"), web_wrr_settings());
+    assert_eq!(
+        c.weighted_round_robin_settings("api"),
+        tether::lb::weighted_round_robin::Settings::default()
+    );
+    assert!(c.pick_first_shuffle("web"));
+    assert!(!c.pick_first_shuffle("api"));
+    assert_eq!(
+        c.custom_policy("api").unwrap().config,
+        serde_json::json!({})
+    );
+    // More routes on api's clusters with the defaults spelled out agree.
+    let more = r#"      - services: [{ name: api }]
+        loadBalancerPolicy:
+          strategy: PickFirst
+          shuffleAddressList: false
+      - services: [{ name: api }]
+        loadBalancerPolicy:
+          strategy: WeightedRoundRobin
+          weightedRoundRobin: { blackoutPeriod: 10s, errorUtilizationPenalty: 1 }
+      - services: [{ name: api }]
+        loadBalancerPolicy:
+          strategy: Custom
+          custom: { policy: bare, config: {} }
+services:
+"#;
+    let spelled = STRATEGIES.replace(
+        "services:\n  - name: web\n",
+        &format!("{more}  - name: web\n"),
+    );
+    assert_ne!(spelled, STRATEGIES);
+    Config::parse(&spelled).unwrap();
+}
+
+/// The Envoy or proxyless cluster `name` of `STRATEGIES`.
+fn strategy_cluster(flavor: Flavor, name: &str) -> cpb::Cluster {
+    let t = translate(&Config::parse(STRATEGIES).unwrap());
+    decode_any(&t.for_flavor(flavor)[&ResourceKind::Cluster][name])
+}
+
+/// tether's (gRPC's) reading of the proxyless cluster `name`.
+fn proxyless_lb_policy(name: &str) -> tether::xds::resource::cluster::LbPolicy {
+    let t = translate(&Config::parse(STRATEGIES).unwrap());
+    match decode(
+        ResourceKind::Cluster,
+        &t.proxyless[&ResourceKind::Cluster][name],
+    )
+    .result
+    {
+        Ok(tether::xds::Resource::Cluster(c)) => c.lb_policy.clone(),
+        other => panic!("{name}: {other:?}"),
+    }
+}
+
+/// The names and type URLs of a `load_balancing_policy` list.
+fn policy_list(p: &cpb::LoadBalancingPolicy) -> Vec<(String, String)> {
+    p.policies
+        .iter()
+        .map(|p| {
+            let e = p.typed_extension_config.as_ref().unwrap();
+            (
+                e.name.clone(),
+                e.typed_config.as_ref().unwrap().type_url.clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn weighted_round_robin_translates_for_envoy_and_proxyless() {
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin;
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality;
+    use tether::xds::resource::cluster::LbPolicy;
+    let t = translate(&Config::parse(STRATEGIES).unwrap());
+    let clusters: Vec<_> = t.envoy[&ResourceKind::Cluster].keys().cloned().collect();
+    assert_eq!(
+        clusters,
+        [
+            "api",
+            "api/custom",
+            "api/pick-first",
+            "api/weighted-round-robin",
+            "web",
+            "web/custom",
+            "web/pick-first",
+            "web/weighted-round-robin"
+        ]
+    );
+    // The route sends to the strategy's cluster.
+    let rc: rpb::RouteConfiguration =
+        decode_any(&t.envoy[&ResourceKind::RouteConfiguration]["tether-routes"]);
+    let Some(rpb::route::Action::Route(a)) = &rc.virtual_hosts[0].routes[0].action else {
+        panic!()
+    };
+    assert_eq!(
+        a.cluster_specifier,
+        Some(rpb::route_action::ClusterSpecifier::Cluster(
+            "web/weighted-round-robin".into()
+        ))
+    );
+    // Envoy: the policy alone, every setting written out.
+    let e = strategy_cluster(Flavor::Envoy, "web/weighted-round-robin");
+    let list = e.load_balancing_policy.as_ref().unwrap();
+    assert_eq!(
+        policy_list(list),
+        [(
+            "envoy.load_balancing_policies.client_side_weighted_round_robin".to_owned(),
+            "type.googleapis.com/envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin".to_owned()
+        )]
+    );
+    let wrr: ClientSideWeightedRoundRobin = decode_any(
+        list.policies[0]
+            .typed_extension_config
+            .as_ref()
+            .unwrap()
+            .typed_config
+            .as_ref()
+            .unwrap(),
+    );
+    assert!(wrr.enable_oob_load_report.unwrap().value);
+    assert_eq!(wrr.blackout_period.unwrap().nanos, 500_000_000);
+    assert_eq!(wrr.weight_expiration_period.unwrap().seconds, 60);
+    assert_eq!(wrr.error_utilization_penalty.unwrap().value, 0.25);
+    // Proxyless: WrrLocality over [weighted round robin, round robin].
+    let p = strategy_cluster(Flavor::Proxyless, "web/weighted-round-robin");
+    let top = p.load_balancing_policy.as_ref().unwrap();
+    assert_eq!(
+        policy_list(top)[0].0,
+        "envoy.load_balancing_policies.wrr_locality"
+    );
+    let locality: WrrLocality = decode_any(
+        top.policies[0]
+            .typed_extension_config
+            .as_ref()
+            .unwrap()
+            .typed_config
+            .as_ref()
+            .unwrap(),
+    );
+    let names: Vec<_> = policy_list(locality.endpoint_picking_policy.as_ref().unwrap())
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "envoy.load_balancing_policies.client_side_weighted_round_robin",
+            "envoy.load_balancing_policies.round_robin"
+        ]
+    );
+    assert_eq!(
+        proxyless_lb_policy("web/weighted-round-robin"),
+        LbPolicy::WrrLocality(Box::new(LbPolicy::WeightedRoundRobin(web_wrr_settings())))
+    );
+    assert_eq!(
+        proxyless_lb_policy("api/weighted-round-robin"),
+        LbPolicy::WrrLocality(Box::new(LbPolicy::WeightedRoundRobin(
+            tether::lb::weighted_round_robin::Settings::default()
+        )))
+    );
+}
+
+#[test]
+fn pick_first_translates_for_envoy_and_proxyless() {
+    use tether::xds::resource::cluster::LbPolicy;
+    // Envoy 1.40 has no pick_first: round robin.
+    let e = strategy_cluster(Flavor::Envoy, "web/pick-first");
+    assert_eq!(e.lb_policy, cpb::cluster::LbPolicy::RoundRobin as i32);
+    assert!(e.load_balancing_policy.is_none());
+    // Proxyless: pick_first alone, at the top.
+    let p = strategy_cluster(Flavor::Proxyless, "web/pick-first");
+    assert_eq!(
+        policy_list(p.load_balancing_policy.as_ref().unwrap()),
+        [(
+            "envoy.load_balancing_policies.pick_first".to_owned(),
+            "type.googleapis.com/envoy.extensions.load_balancing_policies.pick_first.v3.PickFirst"
+                .to_owned()
+        )]
+    );
+    assert_eq!(
+        proxyless_lb_policy("web/pick-first"),
+        LbPolicy::PickFirst { shuffle: true }
+    );
+    assert_eq!(
+        proxyless_lb_policy("api/pick-first"),
+        LbPolicy::PickFirst { shuffle: false }
+    );
+    assert_eq!(
+        proxyless_lb_policy("web"),
+        LbPolicy::RoundRobin,
+        "other clusters keep round robin"
+    );
+}
+
+#[test]
+fn custom_translates_to_a_typed_struct_before_round_robin() {
+    use envoy_types::pb::envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality;
+    use tether::xds::resource::typed_struct::TypedStruct;
+    // Envoy cannot run a client's policy: round robin.
+    let e = strategy_cluster(Flavor::Envoy, "web/custom");
+    assert_eq!(e.lb_policy, cpb::cluster::LbPolicy::RoundRobin as i32);
+    assert!(e.load_balancing_policy.is_none());
+    let custom = |name: &str| {
+        let p = strategy_cluster(Flavor::Proxyless, name);
+        let top = p.load_balancing_policy.unwrap();
+        assert_eq!(
+            policy_list(&top)[0].0,
+            "envoy.load_balancing_policies.wrr_locality"
+        );
+        let locality: WrrLocality = decode_any(
+            top.policies[0]
+                .typed_extension_config
+                .as_ref()
+                .unwrap()
+                .typed_config
+                .as_ref()
+                .unwrap(),
+        );
+        let picking = locality.endpoint_picking_policy.unwrap();
+        let list = policy_list(&picking);
+        assert_eq!(list.len(), 2, "{list:?}");
+        assert_eq!(list[0].1, "type.googleapis.com/xds.type.v3.TypedStruct");
+        assert_eq!(
+            list[1],
+            (
+                "envoy.load_balancing_policies.round_robin".to_owned(),
+                "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"
+                    .to_owned()
+            )
+        );
+        let typed: TypedStruct = decode_any(
+            picking.policies[0]
+                .typed_extension_config
+                .as_ref()
+                .unwrap()
+                .typed_config
+                .as_ref()
+                .unwrap(),
+        );
+        (list[0].0.clone(), typed)
+    };
+    let (name, typed) = custom("web/custom");
+    assert_eq!(name, "example.fewest_failures");
+    assert_eq!(
+        typed.type_url,
+        "type.googleapis.com/example.fewest_failures"
+    );
+    assert_eq!(
+        typed.config(),
+        serde_json::json!({"threshold": 0.5, "names": ["a", "b"], "nested": {"on": true}})
+    );
+    let (_, typed) = custom("api/custom");
+    assert_eq!(typed.type_url, "type.googleapis.com/bare");
+    assert_eq!(typed.config(), serde_json::json!({}));
+}
+
+#[test]
+fn new_strategy_errors_name_the_field_value_and_line() {
+    let pat = "virtualhosts[0].routes[0].loadBalancerPolicy";
+    // weightedRoundRobin.
+    assert_err_at(
+        &STRATEGIES.replace("Penalty: 0.25", "Penalty: -1"),
+        &format!("{pat}.weightedRoundRobin.errorUtilizationPenalty: -1.0 must be a finite number of at least 0"),
+        "-1",
+    );
+    assert_err_at(
+        &STRATEGIES.replace("Penalty: 0.25", "Penalty: .nan"),
+        &format!("{pat}.weightedRoundRobin.errorUtilizationPenalty: NaN must be a finite number of at least 0"),
+        ".nan",
+    );
+    assert_err_at(
+        &STRATEGIES.replace("blackoutPeriod: 0.5s", "blackoutPeriod: 500ms"),
+        &format!("{pat}.weightedRoundRobin.blackoutPeriod: \"500ms\" is not a duration (expected e.g. \"120s\" or \"1.5s\")"),
+        "500ms",
+    );
+    assert_err_at(
+        &STRATEGIES.replace("weightUpdatePeriod: 2s", "weightUpdatePeriod: -2s"),
+        &format!("{pat}.weightedRoundRobin.weightUpdatePeriod: \"-2s\" is negative"),
+        "-2s",
+    );
+    let e = err(&STRATEGIES.replace("blackoutPeriod:", "blackout:"));
+    assert!(
+        e.starts_with(&format!(
+            "{pat}.weightedRoundRobin: unknown field `blackout`"
+        )),
+        "{e}"
+    );
+    assert_err_at(
+        &STRATEGIES.replace(
+            "          strategy: WeightedRoundRobin\n          weightedRoundRobin:",
+            "          strategy: RoundRobin\n          weightedRoundRobin:",
+        ),
+        &format!("{pat}.weightedRoundRobin: \"RoundRobin\" is only used with strategy WeightedRoundRobin"),
+        "enableOobLoadReport",
+    );
+    // A second route on web's cluster with other settings.
+    let second = |policy: &str| {
+        STRATEGIES.replace(
+            "services:\n  - name: web\n",
+            &format!(
+                "      - services: [{{ name: web }}]\n        loadBalancerPolicy:\n{policy}services:\n  - name: web\n"
+            ),
+        )
+    };
+    assert_err_at(
+        &second("          strategy: WeightedRoundRobin\n          weightedRoundRobin: { enableOobLoadReport: true, oobReportingPeriod: 5s, blackoutPeriod: 10s }\n"),
+        "virtualhosts[0].routes[6].loadBalancerPolicy.weightedRoundRobin.blackoutPeriod: 10s differs from virtualhosts[0].routes[0].loadBalancerPolicy's weightedRoundRobin.blackoutPeriod 0.500s for service \"web\" (its routes share one cluster)",
+        "10s }",
+    );
+    // Not written on this route: the message has no line.
+    assert_eq!(
+        err(&second("          strategy: WeightedRoundRobin\n")),
+        "virtualhosts[0].routes[6].loadBalancerPolicy.weightedRoundRobin.enableOobLoadReport: false differs from virtualhosts[0].routes[0].loadBalancerPolicy's weightedRoundRobin.enableOobLoadReport true for service \"web\" (its routes share one cluster)",
+    );
+
+    // shuffleAddressList.
+    assert_err_at(
+        &STRATEGIES.replace(
+            "          strategy: PickFirst\n          shuffleAddressList: true",
+            "          strategy: Random\n          shuffleAddressList: true",
+        ),
+        "virtualhosts[0].routes[1].loadBalancerPolicy.shuffleAddressList: \"Random\" is only used with strategy PickFirst",
+        "true\n      - conditions: [{ prefix: /custom",
+    );
+    // Through an aggregate too: its services' clusters are the ones shared.
+    let via_aggregate = second("          strategy: PickFirst\n").replace(
+        "      - services: [{ name: web }]\n        loadBalancerPolicy:\n          strategy: PickFirst\n",
+        "      - services: [{ name: web-dr }]\n        loadBalancerPolicy:\n          strategy: PickFirst\n          shuffleAddressList: false\n",
+    ) + "  - name: web-dr\n    aggregate: [web]\n";
+    assert_err_at(
+        &via_aggregate,
+        "virtualhosts[0].routes[6].loadBalancerPolicy.shuffleAddressList: false differs from virtualhosts[0].routes[1].loadBalancerPolicy's shuffleAddressList true for service \"web\" (its routes share one cluster)",
+        "false",
+    );
+
+    // custom.
+    let cpat = "virtualhosts[0].routes[2].loadBalancerPolicy.custom";
+    assert_eq!(
+        err(&STRATEGIES.replace(
+            "            policy: example.fewest_failures\n            config: { threshold: 0.5, names: [a, b], nested: { on: true } }\n",
+            "",
+        ).replace("          custom:\n", "")),
+        format!("{cpat}: \"\" is required with strategy Custom"),
+    );
+    assert_err_at(
+        &STRATEGIES.replace("policy: example.fewest_failures", "policy: \"my policy\""),
+        &format!("{cpat}.policy: \"my policy\" must be a non-empty name of letters, digits, '_', '.' and '-' (as gRPC's policy names are)"),
+        "\"my policy\"",
+    );
+    assert_err_at(
+        &STRATEGIES.replace("policy: example.fewest_failures", "policy: \"\""),
+        &format!("{cpat}.policy: \"\" must be a non-empty name of letters, digits, '_', '.' and '-' (as gRPC's policy names are)"),
+        "\"\"",
+    );
+    assert_err_at(
+        &STRATEGIES.replace(
+            "config: { threshold: 0.5, names: [a, b], nested: { on: true } }",
+            "config: [1, 2]",
+        ),
+        &format!("{cpat}.config: [1,2] must be a map"),
+        "[1, 2]",
+    );
+    let e = err(&STRATEGIES.replace("policy: example.fewest_failures", "name: x"));
+    assert!(
+        e.starts_with(&format!("{cpat}: unknown field `name`")),
+        "{e}"
+    );
+    assert_err_at(
+        &STRATEGIES.replace(
+            "          strategy: PickFirst\n          shuffleAddressList: true",
+            "          strategy: PickFirst\n          custom: { policy: x }",
+        ),
+        "virtualhosts[0].routes[1].loadBalancerPolicy.custom: \"PickFirst\" is only used with strategy Custom",
+        "{ policy: x }",
+    );
+    assert_err_at(
+        &second("          strategy: Custom\n          custom: { policy: other }\n"),
+        "virtualhosts[0].routes[6].loadBalancerPolicy.custom.policy: \"other\" differs from virtualhosts[0].routes[2].loadBalancerPolicy's custom.policy \"example.fewest_failures\" for service \"web\" (its routes share one cluster)",
+        "other",
+    );
+    assert_err_at(
+        &second("          strategy: Custom\n          custom: { policy: example.fewest_failures, config: { threshold: 1 } }\n"),
+        "virtualhosts[0].routes[6].loadBalancerPolicy.custom.config: {\"threshold\":1} differs from virtualhosts[0].routes[2].loadBalancerPolicy's custom.config {\"threshold\":0.5,\"names\":[\"a\",\"b\"],\"nested\":{\"on\":true}} for service \"web\" (its routes share one cluster)",
+        "{ threshold: 1 }",
+    );
+}

@@ -180,6 +180,6 @@ impl Picker for WeightedRandomPicker {
         // The first endpoint whose running sum exceeds the draw.
         let i = self.ready.partition_point(|&(_, upto)| upto <= draw);
         let (sc, _) = &self.ready[i.min(self.ready.len() - 1)];
-        PickResult::Complete(Pick::of(sc.clone()))
+        PickResult::Complete(Pick::by(NAME, sc.clone()))
     }
 }

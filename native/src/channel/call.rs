@@ -98,8 +98,8 @@ async fn run(
     // connection gives back unsent (it closed before the picker knew) is
     // picked again: gRPC's transparent retry, bounded.
     let mut unsent_retries = 0;
-    let (response, subchannel, guard, endpoint) = loop {
-        let (subchannel, guard, connection, endpoint) = loop {
+    let (response, subchannel, guard, endpoint, policy) = loop {
+        let (subchannel, guard, connection, endpoint, policy) = loop {
             let snapshot = inner.shared.snapshot.load_full();
             let args = PickArgs {
                 path: &path,
@@ -112,7 +112,13 @@ async fn run(
                     // The connection may have closed since the picker was
                     // made: wait for the picker that knows.
                     if let Some(c) = pick.subchannel.connection() {
-                        break (pick.subchannel, guard.start(), c, pick.endpoint);
+                        break (
+                            pick.subchannel,
+                            guard.start(),
+                            c,
+                            pick.endpoint,
+                            pick.policy,
+                        );
                     }
                     guard.finish(false);
                 }
@@ -133,7 +139,7 @@ async fn run(
             None => sent.await,
         };
         match result {
-            Ok(response) => break (response, subchannel, guard, endpoint),
+            Ok(response) => break (response, subchannel, guard, endpoint, policy),
             Err(SendError {
                 error,
                 unsent: Some(unsent),
@@ -162,6 +168,7 @@ async fn run(
             parts.extensions.insert(PickedPeer(
                 subchannel.address(),
                 call_config.cluster.name.clone(),
+                policy,
             ));
             for c in &call_config.hash_cookies {
                 match HeaderValue::from_str(c) {
@@ -247,9 +254,17 @@ async fn next_snapshot(
     result.map_err(|_| Status::unavailable("channel shut down"))
 }
 
-/// Which address and cluster served a call: in the response's extensions.
+/// Which address, cluster and policy served a call: in the response's
+/// extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PickedPeer(pub std::net::SocketAddr, pub Arc<str>);
+pub struct PickedPeer(
+    /// The subchannel's address.
+    pub std::net::SocketAddr,
+    /// The cluster the route chose.
+    pub Arc<str>,
+    /// The policy that chose the subchannel ([`crate::lb::Pick::policy`]).
+    pub &'static str,
+);
 
 fn uri_for(authority: &http::uri::Authority, uri: &Uri) -> Result<Uri, Status> {
     let path = uri

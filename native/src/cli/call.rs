@@ -35,9 +35,10 @@ const STATS_WAIT: Duration = Duration::from_secs(5);
 #[derive(Debug, Args)]
 #[command(after_help = "\
 Each call prints one JSON line on stdout, keys in this order:
-  {\"call\":1,\"code\":\"OK\",\"peer\":\"127.0.0.1:41271\",\"cluster\":\"echo\",\"response\":\"...\",\
-\"cookie\":null,\"set_cookie\":[]}
-A failed call has \"message\" (the status message) instead of \"response\"; peer and cluster are
+  {\"call\":1,\"code\":\"OK\",\"peer\":\"127.0.0.1:41271\",\"cluster\":\"echo\",\"policy\":\"round_robin\",\
+\"response\":\"...\",\"cookie\":null,\"set_cookie\":[]}
+policy is the LB policy that picked the peer (xds_override_host for a session's endpoint). A failed
+call has \"message\" (the status message) instead of \"response\"; peer, cluster and policy are
 null when the call failed before a subchannel was picked. --stats adds {\"stats\":{...}}.
 Exit status: 0 when every call was OK, 1 when one failed or the channel could not be made, 2 for
 a usage error (a bad target, method or metadata).")]
@@ -288,6 +289,10 @@ where
         line.insert(
             "cluster".into(),
             peer.as_ref().map_or(Value::Null, |p| json!(&*p.1)),
+        );
+        line.insert(
+            "policy".into(),
+            peer.as_ref().map_or(Value::Null, |p| json!(p.2)),
         );
         match &result {
             Ok(response) => line.insert(

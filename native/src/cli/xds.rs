@@ -577,6 +577,14 @@ fn cluster_json(c: &ClusterResource) -> Value {
         }
     }
     m.insert("lb_policy".into(), lb_json(&c.lb_policy));
+    // The tree a channel builds for it, top down.
+    m.insert(
+        "policy_chain".into(),
+        match crate::lb::cds::policy_chain(c) {
+            Ok(chain) => json!(chain.join(" > ")),
+            Err(e) => json!(format!("not supported by the channel: {e}")),
+        },
+    );
     let statuses: Vec<&str> = c.override_host_status.iter().map(|h| h.as_str()).collect();
     m.insert("override_host_status".into(), json!(statuses));
     m.insert("idle_timeout".into(), duration(c.idle_timeout));

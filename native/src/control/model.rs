@@ -2,8 +2,10 @@
 //! hosts with routes, and per-route affinity in Contour's vocabulary
 //! (`loadBalancerPolicy.strategy`: `RoundRobin`, `Random`,
 //! `WeightedLeastRequest` with an optional `choiceCount`, `Cookie`,
-//! `RequestHash` with `requestHashPolicies`, or `Session` for a stateful
-//! session cookie), and aggregate services that fail over between other
+//! `RequestHash` with `requestHashPolicies`, `Session` for a stateful
+//! session cookie, `WeightedRoundRobin` with optional `weightedRoundRobin`
+//! settings, `PickFirst` with an optional `shuffleAddressList`, or `Custom`
+//! naming a policy the client registered in `custom`), and aggregate services that fail over between other
 //! services (`aggregate: [primary, fallback]`). An optional `envoy` section
 //! chooses what Envoy clients get for `Session` routes: Envoy's own
 //! `stateful_session` filter (`sessionFilter: native`, the default) or the
@@ -26,6 +28,7 @@ use serde::Deserialize;
 use tether_core::http::set_cookie::CookieSpec;
 
 use crate::lb::least_request::{DEFAULT_CHOICE_COUNT, MAX_CHOICE_COUNT};
+use crate::lb::weighted_round_robin::Settings as WrrSettings;
 use crate::xds::resource::endpoint::{HealthSet, HealthStatus};
 
 /// A problem with the configuration file.
@@ -362,6 +365,14 @@ pub enum Strategy {
     /// Stateful session: a cookie naming the endpoint (A55), with
     /// `session` settings.
     Session,
+    /// Client-side weighted round robin on the endpoints' ORCA load reports
+    /// (gRFC A58), with `weightedRoundRobin` settings.
+    WeightedRoundRobin,
+    /// Pick first (gRFC A62): one endpoint while it works, with
+    /// `shuffleAddressList`.
+    PickFirst,
+    /// A policy the client registered itself (gRFC A52), named in `custom`.
+    Custom,
 }
 
 impl Strategy {
@@ -374,6 +385,9 @@ impl Strategy {
             Strategy::Cookie => "Cookie",
             Strategy::RequestHash => "RequestHash",
             Strategy::Session => "Session",
+            Strategy::WeightedRoundRobin => "WeightedRoundRobin",
+            Strategy::PickFirst => "PickFirst",
+            Strategy::Custom => "Custom",
         }
     }
 }
@@ -395,6 +409,149 @@ pub struct LoadBalancerPolicy {
     /// (default 2).
     #[serde(default, rename = "choiceCount")]
     pub choice_count: Option<u32>,
+    /// For `WeightedRoundRobin`: A58's settings, each defaulting as in gRPC.
+    #[serde(default, rename = "weightedRoundRobin")]
+    pub weighted_round_robin: Option<WeightedRoundRobinSpec>,
+    /// For `PickFirst`: shuffle the endpoints before picking (A62; default
+    /// false), so clients spread over them.
+    #[serde(default, rename = "shuffleAddressList")]
+    pub shuffle_address_list: Option<bool>,
+    /// For `Custom`: the client's policy and its config.
+    #[serde(default)]
+    pub custom: Option<CustomPolicySpec>,
+}
+
+/// `weightedRoundRobin` of a `WeightedRoundRobin` strategy: the fields of
+/// `ClientSideWeightedRoundRobin` gRPC reads.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct WeightedRoundRobinSpec {
+    /// Weights from out-of-band ORCA streams instead of per-call trailers
+    /// (default false).
+    #[serde(default, rename = "enableOobLoadReport")]
+    pub enable_oob_load_report: Option<bool>,
+    /// The interval asked of out-of-band streams (default 10 s).
+    #[serde(default, rename = "oobReportingPeriod")]
+    pub oob_reporting_period: Option<DurationField>,
+    /// How long an endpoint reports before its weight counts (default 10 s).
+    #[serde(default, rename = "blackoutPeriod")]
+    pub blackout_period: Option<DurationField>,
+    /// How long a weight lasts without a new report (default 180 s).
+    #[serde(default, rename = "weightExpirationPeriod")]
+    pub weight_expiration_period: Option<DurationField>,
+    /// How often clients recompute the weights (default 1 s; clients raise
+    /// anything below 0.1 s to it).
+    #[serde(default, rename = "weightUpdatePeriod")]
+    pub weight_update_period: Option<DurationField>,
+    /// How much errors per query add to utilization (default 1, at least 0).
+    #[serde(default, rename = "errorUtilizationPenalty")]
+    pub error_utilization_penalty: Option<f64>,
+}
+
+impl WeightedRoundRobinSpec {
+    /// The settings, gRPC's defaults filled in (the cluster carries them
+    /// all, so routes writing the same settings differently agree).
+    pub fn settings(&self) -> WrrSettings {
+        let d = WrrSettings::default();
+        WrrSettings {
+            enable_oob_load_report: self
+                .enable_oob_load_report
+                .unwrap_or(d.enable_oob_load_report),
+            oob_reporting_period: self
+                .oob_reporting_period
+                .map_or(d.oob_reporting_period, |v| v.0),
+            blackout_period: self.blackout_period.map_or(d.blackout_period, |v| v.0),
+            weight_expiration_period: self
+                .weight_expiration_period
+                .map_or(d.weight_expiration_period, |v| v.0),
+            weight_update_period: self
+                .weight_update_period
+                .map_or(d.weight_update_period, |v| v.0),
+            // Checked finite as an f32 by `validate`.
+            error_utilization_penalty: self
+                .error_utilization_penalty
+                .map_or(d.error_utilization_penalty, |v| v as f32),
+        }
+    }
+
+    /// A penalty that is negative, NaN or too large for the proto's float
+    /// (gRPC NACKs a negative one).
+    fn validate(&self, at: &str) -> Result<(), ModelError> {
+        if let Some(p) = self.error_utilization_penalty {
+            if !(p >= 0.0 && (p as f32).is_finite()) {
+                return Err(ModelError::invalid(
+                    format!("{at}.errorUtilizationPenalty"),
+                    p,
+                    "must be a finite number of at least 0",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The settings as the YAML names and writes them, in the file's order,
+/// to say which one two routes disagree on.
+fn wrr_fields(s: &WrrSettings) -> [(&'static str, String); 6] {
+    let d = |d: Duration| tether_core::duration::display(d).to_string();
+    [
+        ("enableOobLoadReport", s.enable_oob_load_report.to_string()),
+        ("oobReportingPeriod", d(s.oob_reporting_period)),
+        ("blackoutPeriod", d(s.blackout_period)),
+        ("weightExpirationPeriod", d(s.weight_expiration_period)),
+        ("weightUpdatePeriod", d(s.weight_update_period)),
+        (
+            "errorUtilizationPenalty",
+            s.error_utilization_penalty.to_string(),
+        ),
+    ]
+}
+
+/// `custom` of a `Custom` strategy: a load balancing policy the client
+/// registered (gRFC A52), sent as an `xds.type.v3.TypedStruct`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CustomPolicySpec {
+    /// The name the client registered the policy under.
+    pub policy: String,
+    /// The policy's config, a map (default `{}`).
+    #[serde(default = "empty_map")]
+    pub config: serde_json::Value,
+}
+
+fn empty_map() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+impl CustomPolicySpec {
+    /// A policy name of the characters gRPC allows in one, and a map.
+    fn validate(&self, at: &str) -> Result<(), ModelError> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+        if self.policy.is_empty() || !self.policy.chars().all(allowed) {
+            return Err(ModelError::invalid(
+                format!("{at}.policy"),
+                &self.policy,
+                "must be a non-empty name of letters, digits, '_', '.' and '-' (as gRPC's policy names are)",
+            ));
+        }
+        if !self.config.is_object() {
+            return Err(ModelError::invalid(
+                format!("{at}.config"),
+                Raw(self.config.to_string()),
+                "must be a map",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A value shown as it is, unquoted, in an error.
+struct Raw(String);
+
+impl fmt::Debug for Raw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// One of Contour's `requestHashPolicies`; exactly one source is set.
@@ -894,6 +1051,7 @@ impl Config {
             BTreeMap::new();
         // Per service: the least request choice count and the route that set it.
         let mut choice_counts: BTreeMap<&str, (u32, String)> = BTreeMap::new();
+        let mut shared = Shared::default();
         for (i, vh) in self.virtualhosts.iter().enumerate() {
             let at = format!("virtualhosts[{i}]");
             if vh.name.is_empty() {
@@ -1036,6 +1194,7 @@ impl Config {
                     (_, None) => {}
                 }
                 self.validate_choice_count(p, &pat, r, &mut choice_counts)?;
+                self.validate_strategy_settings(p, &pat, r, &mut shared)?;
             }
         }
         Ok(())
@@ -1093,22 +1252,183 @@ impl Config {
         Ok(())
     }
 
-    /// The choice count of `service`'s least request cluster: the one its
-    /// `WeightedLeastRequest` routes give (validation makes them agree),
-    /// else the default.
-    pub fn least_request_choice_count(&self, service: &str) -> u32 {
+    /// `weightedRoundRobin`, `shuffleAddressList` and `custom`: each only
+    /// with its strategy, valid, and one value per service: the routes that
+    /// reach a service share its cluster for the strategy, aggregates'
+    /// services included.
+    fn validate_strategy_settings<'a>(
+        &'a self,
+        p: &'a LoadBalancerPolicy,
+        pat: &str,
+        r: &'a RouteSpec,
+        shared: &mut Shared<'a>,
+    ) -> Result<(), ModelError> {
+        let only = |field: &str, strategy: Strategy| {
+            Err(ModelError::invalid(
+                format!("{pat}.{field}"),
+                p.strategy.as_str(),
+                format!("is only used with strategy {}", strategy.as_str()),
+            ))
+        };
+        if p.weighted_round_robin.is_some() && p.strategy != Strategy::WeightedRoundRobin {
+            return only("weightedRoundRobin", Strategy::WeightedRoundRobin);
+        }
+        if p.shuffle_address_list.is_some() && p.strategy != Strategy::PickFirst {
+            return only("shuffleAddressList", Strategy::PickFirst);
+        }
+        if p.custom.is_some() && p.strategy != Strategy::Custom {
+            return only("custom", Strategy::Custom);
+        }
+        let shares = |at_other: &str, what: &str, other: &dyn fmt::Display, svc: &str| {
+            format!(
+                "differs from {at_other}'s {what} {other} for service {svc:?} (its routes share one cluster)"
+            )
+        };
+        match p.strategy {
+            Strategy::WeightedRoundRobin => {
+                let wat = format!("{pat}.weightedRoundRobin");
+                let spec = p.weighted_round_robin.unwrap_or_default();
+                spec.validate(&wat)?;
+                let mine = spec.settings();
+                if let Some((svc, other, at_other)) = self.conflict(r, pat, mine, &mut shared.wrr) {
+                    let differing = wrr_fields(&mine)
+                        .into_iter()
+                        .zip(wrr_fields(&other))
+                        .find(|(a, b)| a.1 != b.1);
+                    let ((field, value), (_, theirs)) = differing.unwrap_or_default();
+                    return Err(ModelError::invalid(
+                        format!("{wat}.{field}"),
+                        Raw(value),
+                        shares(
+                            &at_other,
+                            &format!("weightedRoundRobin.{field}"),
+                            &theirs,
+                            svc,
+                        ),
+                    ));
+                }
+            }
+            Strategy::PickFirst => {
+                let mine = p.shuffle_address_list.unwrap_or(false);
+                if let Some((svc, other, at_other)) =
+                    self.conflict(r, pat, mine, &mut shared.shuffle)
+                {
+                    return Err(ModelError::invalid(
+                        format!("{pat}.shuffleAddressList"),
+                        mine,
+                        shares(&at_other, "shuffleAddressList", &other, svc),
+                    ));
+                }
+            }
+            Strategy::Custom => {
+                let cat = format!("{pat}.custom");
+                let Some(mine) = &p.custom else {
+                    return Err(ModelError::invalid(
+                        cat,
+                        "",
+                        "is required with strategy Custom",
+                    ));
+                };
+                mine.validate(&cat)?;
+                if let Some((svc, other, at_other)) =
+                    self.conflict(r, pat, mine, &mut shared.custom)
+                {
+                    return Err(if other.policy != mine.policy {
+                        ModelError::invalid(
+                            format!("{cat}.policy"),
+                            &mine.policy,
+                            shares(
+                                &at_other,
+                                "custom.policy",
+                                &format_args!("{:?}", other.policy),
+                                svc,
+                            ),
+                        )
+                    } else {
+                        ModelError::invalid(
+                            format!("{cat}.config"),
+                            Raw(mine.config.to_string()),
+                            shares(&at_other, "custom.config", &other.config, svc),
+                        )
+                    });
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Records `value` as what the route at `pat` asks of the cluster of
+    /// each service it reaches (aggregates' services included); returns the
+    /// first service another route asked otherwise, with that value and
+    /// route.
+    fn conflict<'a, T: Clone + PartialEq>(
+        &'a self,
+        r: &'a RouteSpec,
+        pat: &str,
+        value: T,
+        seen: &mut BTreeMap<&'a str, (T, String)>,
+    ) -> Option<(&'a str, T, String)> {
+        for svc in r.services.iter().flat_map(|s| self.closure(&s.name)) {
+            match seen.get(svc.name.as_str()) {
+                Some((other, at_other)) if *other != value => {
+                    return Some((svc.name.as_str(), other.clone(), at_other.clone()))
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(svc.name.as_str(), (value.clone(), pat.to_owned()));
+                }
+            }
+        }
+        None
+    }
+
+    /// The `loadBalancerPolicy` of the first route with `strategy` that
+    /// reaches `service`, directly or through an aggregate: validation makes
+    /// all of them agree on what the service's cluster for the strategy gets.
+    pub fn policy_for(&self, service: &str, strategy: Strategy) -> Option<&LoadBalancerPolicy> {
         self.virtualhosts
             .iter()
             .flat_map(|v| &v.routes)
-            .filter(|r| r.load_balancer_policy.strategy == Strategy::LeastRequest)
+            .filter(|r| r.load_balancer_policy.strategy == strategy)
             .find(|r| {
                 r.services
                     .iter()
                     .flat_map(|s| self.closure(&s.name))
                     .any(|s| s.name == service)
             })
-            .and_then(|r| r.load_balancer_policy.choice_count)
+            .map(|r| &r.load_balancer_policy)
+    }
+
+    /// The choice count of `service`'s least request cluster: the one its
+    /// `WeightedLeastRequest` routes give (validation makes them agree),
+    /// else the default.
+    pub fn least_request_choice_count(&self, service: &str) -> u32 {
+        self.policy_for(service, Strategy::LeastRequest)
+            .and_then(|p| p.choice_count)
             .unwrap_or(DEFAULT_CHOICE_COUNT)
+    }
+
+    /// The settings of `service`'s weighted round robin cluster, gRPC's
+    /// defaults filled in.
+    pub fn weighted_round_robin_settings(&self, service: &str) -> WrrSettings {
+        self.policy_for(service, Strategy::WeightedRoundRobin)
+            .and_then(|p| p.weighted_round_robin)
+            .unwrap_or_default()
+            .settings()
+    }
+
+    /// Whether `service`'s pick first cluster shuffles its endpoints.
+    pub fn pick_first_shuffle(&self, service: &str) -> bool {
+        self.policy_for(service, Strategy::PickFirst)
+            .and_then(|p| p.shuffle_address_list)
+            .unwrap_or(false)
+    }
+
+    /// The policy of `service`'s custom cluster.
+    pub fn custom_policy(&self, service: &str) -> Option<&CustomPolicySpec> {
+        self.policy_for(service, Strategy::Custom)
+            .and_then(|p| p.custom.as_ref())
     }
 
     /// The `envoy` section: a plugin needs its file (an absolute path) and
@@ -1386,6 +1706,16 @@ impl Config {
         }
         Ok(height)
     }
+}
+
+/// What the routes validated so far ask of each service's
+/// `WeightedRoundRobin`, `PickFirst` and `Custom` clusters, with the route
+/// that asked first.
+#[derive(Default)]
+struct Shared<'a> {
+    wrr: BTreeMap<&'a str, (WrrSettings, String)>,
+    shuffle: BTreeMap<&'a str, (bool, String)>,
+    custom: BTreeMap<&'a str, (&'a CustomPolicySpec, String)>,
 }
 
 /// How many clusters deep gRPC follows an aggregate graph: the route's

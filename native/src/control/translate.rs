@@ -21,7 +21,9 @@
 //! route uses has a cluster: `<service>` for round robin, `<service>/random`,
 //! `<service>/least-request`, `<service>/ring-hash` for `Cookie` and
 //! `RequestHash`, `<service>/session` for `Session` (with
-//! `override_host_status`).
+//! `override_host_status`), `<service>/weighted-round-robin`,
+//! `<service>/pick-first` and `<service>/custom` (one custom policy per
+//! service: its routes must agree on it, as on every cluster setting).
 //!
 //! A least request cluster is Envoy's `LEAST_REQUEST` with
 //! `least_request_lb_config.choice_count` for Envoy; proxyless clients get
@@ -30,6 +32,17 @@
 //! has it (grpc-go, grpc-java, tether), round robin where it does not (gRPC
 //! C-core skips a policy it does not know and takes the next, where the
 //! legacy `LEAST_REQUEST` enum would make it NACK the cluster).
+//!
+//! A weighted round robin cluster (A58) gets
+//! `ClientSideWeightedRoundRobin` with every setting written out: alone for
+//! Envoy (1.40 ACKs it), inside `WrrLocality` before `RoundRobin` for
+//! proxyless clients, as least request. A pick first cluster is Envoy's
+//! round robin (Envoy 1.40 does not know `PickFirst`) and, for proxyless
+//! clients, `[PickFirst]` on its own, not under `WrrLocality`: gRPC runs
+//! pick first over all of a priority's endpoints (A62). A custom cluster
+//! (A52) is round robin for Envoy, which cannot run a client's policy, and
+//! for proxyless clients `WrrLocality` over `[TypedStruct, RoundRobin]`: the
+//! client's policy where it is registered, round robin where it is not.
 //!
 //! An aggregate service has no endpoints; its cluster for a strategy is an
 //! `envoy.clusters.aggregate` cluster over its services' clusters for the
@@ -55,8 +68,10 @@ use envoy_types::pb::envoy::extensions::filters::http::stateful_session::v3 as s
 use envoy_types::pb::envoy::extensions::filters::http::wasm::v3::Wasm;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use envoy_types::pb::envoy::extensions::http::stateful_session::cookie::v3::CookieBasedSessionState;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::override_host::v3 as ohpb;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::pick_first::v3::PickFirst;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::round_robin::v3::RoundRobin;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::wrr_locality::v3::WrrLocality;
 use envoy_types::pb::envoy::extensions::upstreams::http::v3 as uhttp;
@@ -70,6 +85,8 @@ use super::model::{
     split_locality, Condition, Config, HeaderCondition, Protocol, RouteSpec, ServiceSpec,
     SessionClusterSettings, SessionFilter, SessionSpec, Strategy,
 };
+use crate::lb::weighted_round_robin::Settings as WrrSettings;
+use crate::xds::resource::typed_struct::TypedStruct;
 use crate::xds::resource::{pack, ResourceKind};
 
 /// Name of the stateful session filter in every HTTP connection manager.
@@ -222,6 +239,9 @@ pub fn cluster_name(service: &str, strategy: Strategy) -> String {
         Strategy::LeastRequest => format!("{service}/least-request"),
         Strategy::Cookie | Strategy::RequestHash => format!("{service}/ring-hash"),
         Strategy::Session => format!("{service}/session"),
+        Strategy::WeightedRoundRobin => format!("{service}/weighted-round-robin"),
+        Strategy::PickFirst => format!("{service}/pick-first"),
+        Strategy::Custom => format!("{service}/custom"),
     }
 }
 
@@ -457,25 +477,84 @@ fn plugin_filters(p: &PluginWiring) -> Vec<hcm::HttpFilter> {
     filters
 }
 
-/// Makes an Envoy session cluster route with the override_host policy on
-/// the plugin's header, round robin as the fallback.
-fn override_host(c: &mut cpb::Cluster, header: &str) {
-    let policy = |name: &str, typed: pb::Any| cpb::load_balancing_policy::Policy {
+/// Envoy's name of the round robin policy.
+pub const ROUND_ROBIN_POLICY: &str = "envoy.load_balancing_policies.round_robin";
+/// Envoy's (and gRPC's) name of the weighted round robin policy (A58).
+pub const WEIGHTED_ROUND_ROBIN_POLICY: &str =
+    "envoy.load_balancing_policies.client_side_weighted_round_robin";
+/// The name of the pick first policy (A62).
+pub const PICK_FIRST_POLICY: &str = "envoy.load_balancing_policies.pick_first";
+/// The name of the policy that weights localities around another (A52).
+pub const WRR_LOCALITY_POLICY: &str = "envoy.load_balancing_policies.wrr_locality";
+
+/// One entry of a `load_balancing_policy` list.
+fn policy(name: &str, typed: pb::Any) -> cpb::load_balancing_policy::Policy {
+    cpb::load_balancing_policy::Policy {
         typed_extension_config: Some(core::TypedExtensionConfig {
             name: name.to_owned(),
             typed_config: Some(typed),
         }),
+    }
+}
+
+/// Round robin, the fallback of every endpoint-picking list.
+fn round_robin() -> cpb::load_balancing_policy::Policy {
+    policy(ROUND_ROBIN_POLICY, pack(&RoundRobin::default()))
+}
+
+/// `WrrLocality` whose endpoint-picking policy is the first of
+/// `endpoint_picking` the client has.
+fn wrr_locality(
+    endpoint_picking: Vec<cpb::load_balancing_policy::Policy>,
+) -> cpb::LoadBalancingPolicy {
+    cpb::LoadBalancingPolicy {
+        policies: vec![policy(
+            WRR_LOCALITY_POLICY,
+            pack(&WrrLocality {
+                endpoint_picking_policy: Some(cpb::LoadBalancingPolicy {
+                    policies: endpoint_picking,
+                }),
+            }),
+        )],
+    }
+}
+
+/// A weighted round robin cluster: `ClientSideWeightedRoundRobin` with
+/// every setting written out, alone for Envoy, for proxyless clients in
+/// `WrrLocality` before round robin (see the module's documentation).
+fn weighted_round_robin(c: &mut cpb::Cluster, s: &WrrSettings, flavor: Flavor) {
+    let wrr = ClientSideWeightedRoundRobin {
+        enable_oob_load_report: Some(pb::BoolValue {
+            value: s.enable_oob_load_report,
+        }),
+        oob_reporting_period: Some(duration(s.oob_reporting_period)),
+        blackout_period: Some(duration(s.blackout_period)),
+        weight_expiration_period: Some(duration(s.weight_expiration_period)),
+        weight_update_period: Some(duration(s.weight_update_period)),
+        error_utilization_penalty: Some(pb::FloatValue {
+            value: s.error_utilization_penalty,
+        }),
+        ..Default::default()
     };
+    let wrr = policy(WEIGHTED_ROUND_ROBIN_POLICY, pack(&wrr));
+    c.load_balancing_policy = Some(match flavor {
+        Flavor::Envoy => cpb::LoadBalancingPolicy {
+            policies: vec![wrr],
+        },
+        Flavor::Proxyless => wrr_locality(vec![wrr, round_robin()]),
+    });
+}
+
+/// Makes an Envoy session cluster route with the override_host policy on
+/// the plugin's header, round robin as the fallback.
+fn override_host(c: &mut cpb::Cluster, header: &str) {
     let oh = ohpb::OverrideHost {
         override_host_sources: vec![ohpb::override_host::OverrideHostSource {
             header: header.to_owned(),
             ..Default::default()
         }],
         fallback_policy: Some(cpb::LoadBalancingPolicy {
-            policies: vec![policy(
-                "envoy.load_balancing_policies.round_robin",
-                pack(&RoundRobin::default()),
-            )],
+            policies: vec![round_robin()],
         }),
         ..Default::default()
     };
@@ -502,35 +581,16 @@ fn least_request(c: &mut cpb::Cluster, choice_count: u32, flavor: Flavor) {
         ));
         return;
     }
-    let policy = |name: &str, typed: pb::Any| cpb::load_balancing_policy::Policy {
-        typed_extension_config: Some(core::TypedExtensionConfig {
-            name: name.to_owned(),
-            typed_config: Some(typed),
-        }),
-    };
-    let endpoint_picking = cpb::LoadBalancingPolicy {
-        policies: vec![
-            policy(
-                "envoy.load_balancing_policies.least_request",
-                pack(&LeastRequest {
-                    choice_count: count,
-                    ..Default::default()
-                }),
-            ),
-            policy(
-                "envoy.load_balancing_policies.round_robin",
-                pack(&RoundRobin::default()),
-            ),
-        ],
-    };
-    c.load_balancing_policy = Some(cpb::LoadBalancingPolicy {
-        policies: vec![policy(
-            "envoy.load_balancing_policies.wrr_locality",
-            pack(&WrrLocality {
-                endpoint_picking_policy: Some(endpoint_picking),
+    c.load_balancing_policy = Some(wrr_locality(vec![
+        policy(
+            "envoy.load_balancing_policies.least_request",
+            pack(&LeastRequest {
+                choice_count: count,
+                ..Default::default()
             }),
-        )],
-    });
+        ),
+        round_robin(),
+    ]));
 }
 
 /// The retry policy of a `Session` route when Envoy runs the plugin: a
@@ -798,6 +858,33 @@ fn cluster(
     };
     match strategy {
         Strategy::RoundRobin | Strategy::Session => c.lb_policy = LbPolicy::RoundRobin as i32,
+        Strategy::WeightedRoundRobin => weighted_round_robin(
+            &mut c,
+            &config.weighted_round_robin_settings(&spec.name),
+            flavor,
+        ),
+        Strategy::PickFirst | Strategy::Custom if flavor == Flavor::Envoy => {
+            c.lb_policy = LbPolicy::RoundRobin as i32
+        }
+        Strategy::PickFirst => {
+            let pick_first = PickFirst {
+                shuffle_address_list: config.pick_first_shuffle(&spec.name),
+            };
+            c.load_balancing_policy = Some(cpb::LoadBalancingPolicy {
+                policies: vec![policy(PICK_FIRST_POLICY, pack(&pick_first))],
+            });
+        }
+        Strategy::Custom => match config.custom_policy(&spec.name) {
+            Some(custom) => {
+                let typed = TypedStruct::new(&custom.policy, &custom.config);
+                c.load_balancing_policy = Some(wrr_locality(vec![
+                    policy(&custom.policy, pack(&typed)),
+                    round_robin(),
+                ]));
+            }
+            // Validation requires `custom`; round robin should it be absent.
+            None => c.lb_policy = LbPolicy::RoundRobin as i32,
+        },
         // gRPC has no random policy; proxyless clients get round robin.
         Strategy::Random if flavor == Flavor::Envoy => c.lb_policy = LbPolicy::Random as i32,
         Strategy::Random => c.lb_policy = LbPolicy::RoundRobin as i32,

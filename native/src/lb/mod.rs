@@ -191,15 +191,20 @@ pub struct Pick {
     /// `xds_override_host` knows them: what a session cookie names. Set for
     /// calls the session filter applies to.
     pub endpoint: Option<Arc<[SocketAddr]>>,
+    /// The policy that chose the subchannel (`round_robin`,
+    /// `xds_override_host` for a session's endpoint, a custom policy's
+    /// name, ...), which `tether call` reports.
+    pub policy: &'static str,
 }
 
 impl Pick {
-    /// A pick of `subchannel` with nothing else known yet.
-    pub fn of(subchannel: Subchannel) -> Self {
+    /// `policy`'s pick of `subchannel`, with nothing else known yet.
+    pub fn by(policy: &'static str, subchannel: Subchannel) -> Self {
         Pick {
             subchannel,
             trackers: Trackers::new(),
             endpoint: None,
+            policy,
         }
     }
 }
@@ -209,6 +214,7 @@ impl fmt::Debug for Pick {
         f.debug_struct("Pick")
             .field("subchannel", &self.subchannel.address())
             .field("trackers", &self.trackers.len())
+            .field("policy", &self.policy)
             .finish()
     }
 }

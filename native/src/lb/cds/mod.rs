@@ -27,7 +27,7 @@ use super::{
     Child, ConnectivityState, Ctx, CustomConfig, CustomPolicy, EndpointAddresses, Event,
     FailPicker, HealthStatus, LbConfig, LbPolicy, PolicyStats, SharedPicker,
 };
-use crate::xds::resource::cluster::{ClusterResource, LbPolicy as ClusterLbPolicy};
+use crate::xds::resource::cluster::{ClusterResource, Discovery, LbPolicy as ClusterLbPolicy};
 use crate::xds::resource::endpoint::{Endpoint, EndpointsResource, Priority};
 
 /// A leaf cluster with its endpoints.
@@ -125,6 +125,30 @@ fn priority_policy(policy: &ClusterLbPolicy) -> Result<PriorityPolicy, String> {
         )),
         ClusterLbPolicy::Custom(p) => Ok(PriorityPolicy::Whole(p.clone())),
     }
+}
+
+/// The policies the channel builds under `cds` for `cluster`, top down
+/// (gRFC A75's tree), as `tether xds dump` shows them: for an aggregate,
+/// `priority` over each child cluster's own `cds`; an error when the
+/// channel cannot run the cluster's policy.
+pub fn policy_chain(cluster: &ClusterResource) -> Result<Vec<&'static str>, String> {
+    let mut chain = vec!["cds"];
+    if let Discovery::Aggregate { .. } = cluster.discovery {
+        chain.extend(["priority", "cds"]);
+        return Ok(chain);
+    }
+    if cluster.outlier_detection.is_some() {
+        chain.push("outlier_detection");
+    }
+    chain.extend(["xds_cluster_impl", "xds_override_host", "priority"]);
+    match priority_policy(&cluster.lb_policy)? {
+        PriorityPolicy::Localities(p) => {
+            chain.extend(["xds_wrr_locality", "weighted_target", p.name()]);
+        }
+        PriorityPolicy::Hash(_) => chain.push("ring_hash"),
+        PriorityPolicy::Whole(p) => chain.push(p.name()),
+    }
+    Ok(chain)
 }
 
 /// An EDS endpoint as the policies see it.

@@ -103,7 +103,7 @@ impl Picker for LeastRequestPicker {
     fn pick(&self, _: &PickArgs<'_>) -> PickResult {
         let chosen = self.choose();
         chosen.outstanding.started();
-        let mut pick = Pick::of(chosen.subchannel.clone());
+        let mut pick = Pick::by("least_request", chosen.subchannel.clone());
         pick.trackers.push(chosen.outstanding.clone());
         PickResult::Complete(pick)
     }

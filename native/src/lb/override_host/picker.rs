@@ -90,7 +90,7 @@ impl OverrideHostPicker {
                 Some(sc) => match sc.state() {
                     ConnectivityState::Ready => {
                         self.used(*addr, entry, session);
-                        let mut pick = Pick::of(sc);
+                        let mut pick = Pick::by("xds_override_host", sc);
                         pick.endpoint = Some(entry.addresses.clone());
                         return Some(PickResult::Complete(pick));
                     }

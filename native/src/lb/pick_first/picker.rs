@@ -16,7 +16,7 @@ pub struct PickFirstPicker(pub Subchannel);
 
 impl Picker for PickFirstPicker {
     fn pick(&self, _: &PickArgs<'_>) -> PickResult {
-        PickResult::Complete(Pick::of(self.0.clone()))
+        PickResult::Complete(Pick::by("pick_first", self.0.clone()))
     }
 }
 

@@ -87,7 +87,7 @@ impl RingHashPicker {
         let e = &self.endpoints[i];
         match (e.state, &e.subchannel) {
             (ConnectivityState::Ready, Some(sc)) => {
-                Some(PickResult::Complete(Pick::of(sc.clone())))
+                Some(PickResult::Complete(Pick::by("ring_hash", sc.clone())))
             }
             (ConnectivityState::Idle, _) => {
                 // The policy connects it on its task; once per picker is

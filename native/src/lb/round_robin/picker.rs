@@ -26,6 +26,6 @@ impl RoundRobinPicker {
 impl Picker for RoundRobinPicker {
     fn pick(&self, _: &PickArgs<'_>) -> PickResult {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.subchannels.len();
-        PickResult::Complete(Pick::of(self.subchannels[i].clone()))
+        PickResult::Complete(Pick::by("round_robin", self.subchannels[i].clone()))
     }
 }

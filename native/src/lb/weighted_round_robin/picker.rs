@@ -89,7 +89,7 @@ impl WeightedRoundRobinPicker {
 impl Picker for WeightedRoundRobinPicker {
     fn pick(&self, _: &PickArgs<'_>) -> PickResult {
         let chosen = self.choose();
-        let mut pick = Pick::of(chosen.subchannel.clone());
+        let mut pick = Pick::by("weighted_round_robin", chosen.subchannel.clone());
         if self.per_call {
             pick.trackers.push(chosen.weight.clone());
         }

@@ -32,6 +32,19 @@ pub enum EndpointPolicy {
     Custom(CustomPolicy),
 }
 
+impl EndpointPolicy {
+    /// The policy's name as gRPC spells it (a custom policy's own name).
+    pub fn name(&self) -> &'static str {
+        match self {
+            EndpointPolicy::RoundRobin => "round_robin",
+            EndpointPolicy::PickFirst { .. } => "pick_first",
+            EndpointPolicy::LeastRequest { .. } => "least_request",
+            EndpointPolicy::WeightedRoundRobin(_) => "weighted_round_robin",
+            EndpointPolicy::Custom(p) => p.name(),
+        }
+    }
+}
+
 /// One locality of a priority.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Locality {

@@ -22,6 +22,10 @@ pub struct TypedStruct {
 impl prost::Name for TypedStruct {
     const NAME: &'static str = "TypedStruct";
     const PACKAGE: &'static str = "xds.type.v3";
+
+    fn type_url() -> String {
+        format!("type.googleapis.com/{}", Self::full_name())
+    }
 }
 
 /// The full name of the older `udpa.type.v1.TypedStruct`, which has the
