@@ -7,18 +7,25 @@
 //! `endpoint-load-metrics-bin` trailer), once out of band (the backends
 //! serve `tether::orca::OrcaService` and add no trailers). A backend that
 //! does not serve the out-of-band service counts as the mean of the others.
-//! The channel's parts are all real: subchannels, pickers, timers.
+//! The channel's parts are all real: subchannels, pickers, timers. Over
+//! xDS, tether-control serves the cluster and gRPC C-core (grpcio) runs the
+//! same calls against the same backends: it reads tether's per-call
+//! trailers and out-of-band streams and sends the same 4 : 2 : 1.
+
+mod control_support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use control_support::{Control, TempDir};
 use tether::channel::{EndpointPolicy, StaticConfig, StaticEndpoint};
 use tether::lb::weighted_round_robin::Settings;
 use tether::lb::PolicyStats;
 use tether::orca::{LoadReportLayer, OrcaService, ServerMetrics};
 use tether::Channel;
 use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
+use tether_testkit::grpcio::{self, Client};
 use tonic::service::Routes;
 
 /// The utilizations the three backends report, at [`QPS`] each.
@@ -242,4 +249,121 @@ async fn without_reports_calls_go_round_robin() {
     let counts = spread(&channel).await;
     assert_eq!(fact(&channel, "scheduled").await, "round robin");
     assert_shares(&counts, &[("u0", 1.0), ("u1", 1.0), ("u2", 1.0)]);
+}
+
+// ---------- over xDS, beside gRPC C-core ----------
+
+/// Two virtual hosts over tether-control: per-call reports (`echo`, whose
+/// backends add trailers) and out-of-band (`echo-oob`, whose backends serve
+/// the ORCA service), no blackout and fast weight updates.
+fn yaml(per_call: &[SocketAddr], oob: &[SocketAddr]) -> String {
+    let endpoints = |addrs: &[SocketAddr]| -> String {
+        addrs
+            .iter()
+            .map(|a| format!("      - address: \"{a}\"\n"))
+            .collect()
+    };
+    format!(
+        r#"virtualhosts:
+  - name: wrr.tether.test
+    routes:
+      - services: [{{ name: echo }}]
+        loadBalancerPolicy:
+          strategy: WeightedRoundRobin
+          weightedRoundRobin:
+            blackoutPeriod: 0s
+            weightUpdatePeriod: 0.1s
+  - name: oob.tether.test
+    routes:
+      - services: [{{ name: echo-oob }}]
+        loadBalancerPolicy:
+          strategy: WeightedRoundRobin
+          weightedRoundRobin:
+            enableOobLoadReport: true
+            oobReportingPeriod: 0.1s
+            blackoutPeriod: 0s
+            weightUpdatePeriod: 0.1s
+services:
+  - name: echo
+    protocol: h2c
+    endpoints:
+{}  - name: echo-oob
+    protocol: h2c
+    endpoints:
+{}"#,
+        endpoints(per_call),
+        endpoints(oob)
+    )
+}
+
+/// Calls per backend of grpcio's `calls` printed calls to `target`, after
+/// it warmed up for a second and a half (C-core learns per-call weights
+/// from calls, as tether does).
+async fn grpcio_spread(client: &Client, target: &str) -> BTreeMap<String, usize> {
+    let args: Vec<String> = ["--warm", "3", "--warm-seconds", "1.5", target, "700"]
+        .map(str::to_owned)
+        .to_vec();
+    let calls = client
+        .run(&args, None)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(calls.len(), 700);
+    let mut counts = BTreeMap::new();
+    for c in calls {
+        *counts.entry(c.backend).or_default() += 1;
+    }
+    counts
+}
+
+/// The same cluster from tether-control: tether's channel and gRPC C-core
+/// (grpcio) both send 4 : 2 : 1, per call and out of band, and `tether
+/// call`'s source (the response's `PickedPeer`) names the policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_xds_tether_and_c_core_weigh_the_same_reports_alike() {
+    let mut per_call = Vec::new();
+    let mut oob = Vec::new();
+    for (i, &u) in UTILIZATIONS.iter().enumerate() {
+        per_call.push(backend(&format!("u{i}"), u, Reports::PerCall).await);
+        oob.push(backend(&format!("u{i}"), u, Reports::OutOfBand).await);
+    }
+    let addrs = |bs: &[GrpcBackend]| bs.iter().map(|b| b.addr()).collect::<Vec<_>>();
+    let control = Control::start(&yaml(&addrs(&per_call), &addrs(&oob))).await;
+    let dir = TempDir::new("wrr");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("wrr"));
+    let expected = [("u0", 4.0), ("u1", 2.0), ("u2", 1.0)];
+
+    for target in ["xds:///wrr.tether.test", "xds:///oob.tether.test"] {
+        let channel = Channel::builder()
+            .bootstrap(tether::xds::Bootstrap::from_file(&bootstrap).unwrap())
+            .connect(target)
+            .unwrap();
+        until_weighted(&channel, 3).await;
+        let counts = spread(&channel).await;
+        println!("tether {target}:");
+        assert_shares(&counts, &expected);
+        let reply = EchoClient::new(channel.clone())
+            .echo(EchoRequest {
+                message: "who".into(),
+            })
+            .await
+            .unwrap();
+        let picked = reply
+            .extensions()
+            .get::<tether::channel::PickedPeer>()
+            .expect("the pick");
+        assert_eq!(picked.2, "weighted_round_robin", "{picked:?}");
+    }
+    assert!(control.nacks_none(), "tether NACKed: {}", control.stderr());
+
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-grpcio");
+    let py = grpcio::python_or_install(Some(&venv))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let client = Client::new(py, &bootstrap);
+    for target in ["xds:///wrr.tether.test", "xds:///oob.tether.test"] {
+        let counts = grpcio_spread(&client, target).await;
+        println!("grpcio (C-core) {target}:");
+        assert_shares(&counts, &expected);
+    }
+    assert!(control.nacks_none(), "C-core NACKed: {}", control.stderr());
 }

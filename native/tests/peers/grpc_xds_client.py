@@ -5,7 +5,7 @@ generated stubs are needed) and prints one JSON line per call: the backend
 that answered, its address, and the Set-Cookie of the response's initial
 metadata. The bootstrap comes from GRPC_XDS_BOOTSTRAP.
 
-usage: grpc_xds_client.py [--warm N] [--keys-header NAME] [--message TEXT] [--jar]
+usage: grpc_xds_client.py [--warm N] [--warm-seconds S] [--keys-header NAME] [--message TEXT] [--jar]
                           [--keep-going] [--failures-ok] [--pace MS]
                           [--concurrency N] TARGET CALLS [COOKIE]
 
@@ -14,6 +14,10 @@ backends have answered (at most 200 calls or 20 s, else exit 2). Round
 robin only uses connected subchannels, so a fresh channel's first calls can
 all reach the one backend that connected first; warming makes a test of the
 spread independent of connect timing.
+
+--warm-seconds S then keeps making unprinted calls for S seconds (at most
+10000): a policy that learns from calls, such as weighted_round_robin from
+per-call load reports, has learned before the printed calls.
 
 --keys-header NAME reads keys from standard input, one a line, and makes one
 call per key (CALLS is then ignored) with the metadata NAME: key; each JSON
@@ -113,6 +117,14 @@ def warm(echo, distinct):
         sys.exit(2)
 
 
+def warm_for(echo, seconds):
+    deadline = time.monotonic() + seconds
+    for i in range(10000):
+        if time.monotonic() > deadline:
+            break
+        echo(encode_request("warm %d" % i), timeout=20, wait_for_ready=True)
+
+
 def cookie_pairs(text):
     """NAME=VALUE pairs of a Cookie header, in order."""
     pairs = []
@@ -177,6 +189,7 @@ def call_concurrently(echo, calls, threads, message, metadata, keep_going, pace=
 def main():
     args = sys.argv[1:]
     distinct = 0
+    warm_seconds = 0.0
     concurrency = 1
     keys_header = None
     message = None
@@ -187,6 +200,8 @@ def main():
     while args and args[0].startswith("--"):
         if args[0] == "--warm":
             distinct = int(args[1])
+        elif args[0] == "--warm-seconds":
+            warm_seconds = float(args[1])
         elif args[0] == "--keys-header":
             keys_header = args[1]
         elif args[0] == "--message":
@@ -227,6 +242,8 @@ def main():
         )
         if distinct:
             warm(echo, distinct)
+        if warm_seconds:
+            warm_for(echo, warm_seconds)
         if concurrency > 1:
             if keys_header or jar is not None:
                 sys.exit("--concurrency does not go with --keys-header or --jar")
