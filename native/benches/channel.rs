@@ -12,8 +12,10 @@
 //! 3. Unary Echo calls to in-process tonic servers at concurrency 1 and 64:
 //!    plain tonic, tonic `balance_list`, `tether::Channel` static and over
 //!    xDS (tether-control's library in-process). Goals: tether ≥ 0.95 ×
-//!    plain tonic's calls/s, p99 within 10%; least_request ≥ 0.95 × round
-//!    robin's calls/s; round robin with outlier detection (over xDS) ≥
+//!    plain tonic's calls/s, p99 within 10%; least_request and
+//!    weighted_round_robin (the backends report per-call ORCA loads to
+//!    every row) ≥ 0.95 × round robin's calls/s; round robin with outlier
+//!    detection (over xDS) ≥
 //!    0.95 × round robin without it.
 //!
 //! Everything is on 127.0.0.1. Every loop is bounded by a count or a deadline.
@@ -68,8 +70,19 @@ fn main() -> ExitCode {
         .expect("tokio runtime");
     let backends: Vec<GrpcBackend> = rt.block_on(async {
         let mut b = Vec::new();
-        for name in ["b0", "b1", "b2"] {
-            b.push(GrpcBackend::start(name).await);
+        // Every backend reports its load in each response's trailers (the
+        // same work for every row; weighted_round_robin reads it): nearly
+        // equal loads, so its scheduler runs without starving anyone.
+        for (name, utilization) in [("b0", 0.4), ("b1", 0.5), ("b2", 0.6)] {
+            let metrics = tether::orca::ServerMetrics::new();
+            metrics.set_application_utilization(utilization);
+            metrics.set_qps(1000.0);
+            b.push(
+                GrpcBackend::start_wrapped(name, move |routes| {
+                    tower_layer::Layer::layer(&tether::orca::LoadReportLayer::new(metrics), routes)
+                })
+                .await,
+            );
         }
         b
     });
@@ -120,7 +133,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "options: --quick | --duration SECS | --warmup SECS | --rounds N | \
---eds-rounds N | --only eds,picker,throughput | --kinds plain,balance,one,static,session,sessions,xds,least_request,outlier_detection";
+--eds-rounds N | --only eds,picker,throughput | --kinds plain,balance,one,static,session,sessions,xds,least_request,weighted_round_robin,outlier_detection";
 
 struct Args {
     quick: bool,
@@ -526,6 +539,9 @@ struct PickerFixture {
     /// The round robin tree with outlier_detection above cluster_impl,
     /// both algorithms on (each pick adds the endpoint's call counter).
     outlier_detection_chain: SharedPicker,
+    /// The same tree with weighted_round_robin (per-call reports: each
+    /// pick adds the endpoint's weight as its tracker).
+    weighted_round_robin_chain: SharedPicker,
     cluster: Arc<str>,
     headers: http::HeaderMap,
     /// A session's call attributes: its cookie names the first backend.
@@ -673,8 +689,19 @@ struct PickFigures {
     least_request_chain_ns: f64,
     least_request_bare_ns: f64,
     outlier_detection_chain_ns: f64,
+    weighted_round_robin_chain_ns: f64,
     override_ns: f64,
     ring_ns: f64,
+}
+
+/// weighted_round_robin as the benchmark runs it: weights used at once,
+/// rebuilt every 100 ms.
+fn wrr_settings() -> tether::lb::weighted_round_robin::Settings {
+    tether::lb::weighted_round_robin::Settings {
+        blackout_period: Duration::ZERO,
+        weight_update_period: Duration::from_millis(100),
+        ..Default::default()
+    }
 }
 
 /// Builds the tree for round robin over the backends with the real
@@ -694,17 +721,26 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
     )?;
     // And with outlier detection: a third tree.
     let outlier_detection_config = with_outlier_detection(config.clone())?;
+    // And with weighted_round_robin: a fourth.
+    let weighted_round_robin_config = cds_config_with(
+        "picker-bench",
+        &ports,
+        1,
+        EndpointPolicy::WeightedRoundRobin(wrr_settings()),
+    )?;
     rt.block_on(async {
         let mut p = CountingPool::new(SubchannelOptions::default());
         let mut next_timer = 0;
         let mut root = ClusterManager::new();
         let mut least_request_root = ClusterManager::new();
         let mut outlier_detection_root = ClusterManager::new();
+        let mut weighted_round_robin_root = ClusterManager::new();
         {
             let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "picker-bench");
             root.update(&mut ctx, config);
             least_request_root.update(&mut ctx, least_request_config);
             outlier_detection_root.update(&mut ctx, outlier_detection_config);
+            weighted_round_robin_root.update(&mut ctx, weighted_round_robin_config);
         }
         let deadline = tokio::time::Instant::now() + WAIT;
         let mut ready = HashSet::new();
@@ -720,6 +756,7 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
             root.event(&mut ctx, &e);
             least_request_root.event(&mut ctx, &e);
             outlier_detection_root.event(&mut ctx, &e);
+            weighted_round_robin_root.event(&mut ctx, &e);
         }
         if root.state() != ConnectivityState::Ready {
             return Err(format!("the tree is {}, not READY", root.state()));
@@ -736,8 +773,15 @@ fn picker_fixture(rt: &Runtime, addrs: &[SocketAddr]) -> Result<PickerFixture, S
                 outlier_detection_root.state()
             ));
         }
+        if weighted_round_robin_root.state() != ConnectivityState::Ready {
+            return Err(format!(
+                "the weighted_round_robin tree is {}, not READY",
+                weighted_round_robin_root.state()
+            ));
+        }
         let subchannels = p.pool.subchannels();
         let fixture = PickerFixture {
+            weighted_round_robin_chain: weighted_round_robin_root.picker(),
             chain: root.picker(),
             least_request_chain: least_request_root.picker(),
             outlier_detection_chain: outlier_detection_root.picker(),
@@ -865,6 +909,12 @@ fn pick_xds_chain_outlier_detection(bencher: Bencher) {
 }
 
 #[divan::bench]
+fn pick_xds_chain_weighted_round_robin(bencher: Bencher) {
+    let f = PICKER.get().expect("picker fixture");
+    bencher.bench_local(|| pick_once(&*f.weighted_round_robin_chain, f).id());
+}
+
+#[divan::bench]
 fn pick_least_request(bencher: Bencher) {
     let f = PICKER.get().expect("picker fixture");
     bencher.bench_local(|| pick_once(&*f.least_request_bare, f).id());
@@ -925,6 +975,9 @@ fn picker_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<Pic
         outlier_detection_chain_ns: median_ns(batches, size, || {
             pick_with(&*f.outlier_detection_chain, f, &plain).id()
         }),
+        weighted_round_robin_chain_ns: median_ns(batches, size, || {
+            pick_with(&*f.weighted_round_robin_chain, f, &plain).id()
+        }),
         override_ns: median_ns(batches, size, || pick_with(&*f.chain, f, &f.session).id()),
         ring_ns: median_ns(batches, size, || ring_pick(ring).id()),
     })
@@ -978,11 +1031,12 @@ enum Kind {
     TetherSessions,
     TetherXds,
     TetherLeastRequest,
+    TetherWeightedRoundRobin,
     TetherOutlierDetection,
 }
 
 impl Kind {
-    const ALL: [Kind; 9] = [
+    const ALL: [Kind; 10] = [
         Kind::Plain,
         Kind::Balance,
         Kind::TetherOne,
@@ -991,6 +1045,7 @@ impl Kind {
         Kind::TetherSessions,
         Kind::TetherXds,
         Kind::TetherLeastRequest,
+        Kind::TetherWeightedRoundRobin,
         Kind::TetherOutlierDetection,
     ];
 
@@ -1004,6 +1059,9 @@ impl Kind {
             Kind::TetherSessions => "tether::Channel static + sessions, a jar per task over 3",
             Kind::TetherXds => "tether::Channel xDS (tether-control), round robin over 3",
             Kind::TetherLeastRequest => "tether::Channel static, least_request over 3",
+            Kind::TetherWeightedRoundRobin => {
+                "tether::Channel static, weighted_round_robin (per-call ORCA) over 3"
+            }
             Kind::TetherOutlierDetection => {
                 "tether::Channel xDS + outlier detection, round robin over 3"
             }
@@ -1021,6 +1079,7 @@ impl Kind {
             Kind::TetherSessions => "sessions",
             Kind::TetherXds => "xds",
             Kind::TetherLeastRequest => "least_request",
+            Kind::TetherWeightedRoundRobin => "weighted_round_robin",
             Kind::TetherOutlierDetection => "outlier_detection",
         }
     }
@@ -1045,7 +1104,7 @@ impl Kind {
             // round robin's over three.
             Kind::TetherSessions if concurrency == 1 => Some(Kind::TetherOne),
             Kind::TetherSessions => Some(Kind::TetherStatic),
-            Kind::TetherLeastRequest => Some(Kind::TetherStatic),
+            Kind::TetherLeastRequest | Kind::TetherWeightedRoundRobin => Some(Kind::TetherStatic),
             // The same tether-control file without `outlierDetection`.
             Kind::TetherOutlierDetection => Some(Kind::TetherXds),
         }
@@ -1159,6 +1218,13 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
         Kind::TetherLeastRequest => Client::Tether(EchoClient::new(
             tether::Channel::from_static(all(
                 EndpointPolicy::LeastRequest { choice_count: 2 },
+                None,
+            )?)
+            .map_err(|e| e.to_string())?,
+        )),
+        Kind::TetherWeightedRoundRobin => Client::Tether(EchoClient::new(
+            tether::Channel::from_static(all(
+                EndpointPolicy::WeightedRoundRobin(wrr_settings()),
                 None,
             )?)
             .map_err(|e| e.to_string())?,
@@ -1404,7 +1470,9 @@ impl Summary {
                 }
                 if matches!(
                     r.kind,
-                    Kind::TetherLeastRequest | Kind::TetherOutlierDetection
+                    Kind::TetherLeastRequest
+                        | Kind::TetherWeightedRoundRobin
+                        | Kind::TetherOutlierDetection
                 ) {
                     // Its goal: against round robin over the same endpoints
                     // (for outlier detection: the same xDS config without it).
@@ -1492,6 +1560,14 @@ impl Summary {
                     "  pick through the same chain with outlier_detection above it (the endpoint's call counter added; counted as the call ends), goal ≤ 100 ns",
                     p.outlier_detection_chain_ns <= 100.0,
                     &format!("{:.0} ns", p.outlier_detection_chain_ns)
+                )
+            );
+            println!(
+                "{}",
+                goal_line(
+                    "  pick through the same chain with weighted_round_robin (the endpoint's weight added as the call's tracker), goal ≤ 100 ns",
+                    p.weighted_round_robin_chain_ns <= 100.0,
+                    &format!("{:.0} ns", p.weighted_round_robin_chain_ns)
                 )
             );
             println!("  bare round_robin pick: {:.0} ns", p.bare_ns);
