@@ -14,7 +14,7 @@
 //! parser's message, and a list with nothing known NACKs it too.
 //!
 //! The policy runs on the LB task like the built-in ones: it gets
-//! [`LbConfig::Custom`] with its endpoints and parsed config, subchannel
+//! [`LbConfig::Custom`](super::LbConfig::Custom) with its endpoints and parsed config, subchannel
 //! and timer events, and publishes pickers. `examples/weighted_random.rs`
 //! is one, built on [`EndpointList`](super::EndpointList).
 
