@@ -526,8 +526,7 @@ fn empty_map() -> serde_json::Value {
 impl CustomPolicySpec {
     /// A policy name of the characters gRPC allows in one, and a map.
     fn validate(&self, at: &str) -> Result<(), ModelError> {
-        let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
-        if self.policy.is_empty() || !self.policy.chars().all(allowed) {
+        if !crate::lb::registry::is_valid_name(&self.policy) {
             return Err(ModelError::invalid(
                 format!("{at}.policy"),
                 &self.policy,
@@ -1231,25 +1230,14 @@ impl Config {
                 ),
             ));
         }
-        for svc in r.services.iter().flat_map(|s| self.closure(&s.name)) {
-            match counts.get(svc.name.as_str()) {
-                Some((other, at_other)) if *other != n => {
-                    return Err(ModelError::invalid(
-                        format!("{pat}.choiceCount"),
-                        n,
-                        format!(
-                            "differs from {at_other}'s choiceCount {other} for service {:?} (its routes share one cluster)",
-                            svc.name
-                        ),
-                    ));
-                }
-                Some(_) => {}
-                None => {
-                    counts.insert(svc.name.as_str(), (n, pat.to_owned()));
-                }
-            }
+        match self.conflict(r, pat, n, counts) {
+            Some((svc, other, at_other)) => Err(ModelError::invalid(
+                format!("{pat}.choiceCount"),
+                n,
+                shared_cluster_conflict(&at_other, "choiceCount", &other, svc),
+            )),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// `weightedRoundRobin`, `shuffleAddressList` and `custom`: each only
@@ -1279,11 +1267,6 @@ impl Config {
         if p.custom.is_some() && p.strategy != Strategy::Custom {
             return only("custom", Strategy::Custom);
         }
-        let shares = |at_other: &str, what: &str, other: &dyn fmt::Display, svc: &str| {
-            format!(
-                "differs from {at_other}'s {what} {other} for service {svc:?} (its routes share one cluster)"
-            )
-        };
         match p.strategy {
             Strategy::WeightedRoundRobin => {
                 let wat = format!("{pat}.weightedRoundRobin");
@@ -1299,7 +1282,7 @@ impl Config {
                     return Err(ModelError::invalid(
                         format!("{wat}.{field}"),
                         Raw(value),
-                        shares(
+                        shared_cluster_conflict(
                             &at_other,
                             &format!("weightedRoundRobin.{field}"),
                             &theirs,
@@ -1316,7 +1299,7 @@ impl Config {
                     return Err(ModelError::invalid(
                         format!("{pat}.shuffleAddressList"),
                         mine,
-                        shares(&at_other, "shuffleAddressList", &other, svc),
+                        shared_cluster_conflict(&at_other, "shuffleAddressList", &other, svc),
                     ));
                 }
             }
@@ -1337,7 +1320,7 @@ impl Config {
                         ModelError::invalid(
                             format!("{cat}.policy"),
                             &mine.policy,
-                            shares(
+                            shared_cluster_conflict(
                                 &at_other,
                                 "custom.policy",
                                 &format_args!("{:?}", other.policy),
@@ -1348,7 +1331,7 @@ impl Config {
                         ModelError::invalid(
                             format!("{cat}.config"),
                             Raw(mine.config.to_string()),
-                            shares(&at_other, "custom.config", &other.config, svc),
+                            shared_cluster_conflict(&at_other, "custom.config", &other.config, svc),
                         )
                     });
                 }
@@ -1706,6 +1689,17 @@ impl Config {
         }
         Ok(height)
     }
+}
+
+/// The problem of a route asking a service's cluster for another `what`
+/// than the route at `at_other` did.
+fn shared_cluster_conflict(
+    at_other: &str,
+    what: &str,
+    other: &dyn fmt::Display,
+    svc: &str,
+) -> String {
+    format!("differs from {at_other}'s {what} {other} for service {svc:?} (its routes share one cluster)")
 }
 
 /// What the routes validated so far ask of each service's

@@ -63,6 +63,13 @@ pub const BUILT_IN: &[&str] = &[
     "cds",
 ];
 
+/// Whether `name` can name a policy: not empty, and only letters, digits,
+/// `_`, `.` and `-`, as gRPC's policy names are.
+pub fn is_valid_name(name: &str) -> bool {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
+    !name.is_empty() && name.chars().all(allowed)
+}
+
 /// Why a policy could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RegistryError {
@@ -106,8 +113,7 @@ impl PolicyRegistry {
     /// This registry with `builder` added.
     pub fn with(mut self, builder: impl PolicyBuilder + 'static) -> Result<Self, RegistryError> {
         let name = builder.name();
-        let valid = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-');
-        if name.is_empty() || !name.chars().all(valid) {
+        if !is_valid_name(name) {
             return Err(RegistryError::BadName(name.to_owned()));
         }
         if BUILT_IN.contains(&name) {
