@@ -13,6 +13,14 @@
 //! policy whose config its parser refuses NACKs the cluster with the
 //! parser's message, and a list with nothing known NACKs it too.
 //!
+//! As in C-core, a TypedStruct may also name a built-in policy by its gRPC
+//! name (`round_robin`, `pick_first`, `ring_hash_experimental`,
+//! `weighted_round_robin`, `xds_wrr_locality_experimental`, and grpc-go's
+//! `least_request_experimental`), its `value` then being that policy's
+//! service-config JSON config; the LB tree's internal policies
+//! ([`TREE_INTERNAL`]) NACK the cluster. Custom policies cannot take any
+//! of these names ([`is_built_in`]).
+//!
 //! The policy runs on the LB task like the built-in ones: it gets
 //! [`LbConfig::Custom`](super::LbConfig::Custom) with its endpoints and parsed config, subchannel
 //! and timer events, and publishes pickers. `examples/weighted_random.rs`
@@ -46,7 +54,9 @@ pub trait PolicyBuilder: Send + Sync {
     fn build(&self) -> Box<dyn LbPolicy>;
 }
 
-/// The names of the built-in policies, which custom ones cannot take.
+/// The names of the built-in policies: tether's own, and gRPC's that
+/// TypedStructs select them by. Custom policies cannot take these nor
+/// [`TREE_INTERNAL`]'s ([`is_built_in`]).
 pub const BUILT_IN: &[&str] = &[
     "round_robin",
     "pick_first",
@@ -61,7 +71,31 @@ pub const BUILT_IN: &[&str] = &[
     "xds_override_host",
     "xds_cluster_manager",
     "cds",
+    "ring_hash_experimental",
+    "least_request_experimental",
+    "xds_wrr_locality_experimental",
 ];
+
+/// gRPC's names of the policies the xDS LB tree builds around a cluster's
+/// policy. C-core's registry has them, so a TypedStruct naming one is
+/// selected and its config parsed (an empty or partial one NACKs the
+/// cluster); tether cannot run them as a cluster's policy and NACKs it
+/// whatever the config.
+pub const TREE_INTERNAL: &[&str] = &[
+    "weighted_target_experimental",
+    "priority_experimental",
+    "outlier_detection_experimental",
+    "xds_cluster_impl_experimental",
+    "xds_override_host_experimental",
+    "xds_cluster_manager_experimental",
+    "cds_experimental",
+];
+
+/// Whether `name` is a built-in policy's ([`BUILT_IN`] or
+/// [`TREE_INTERNAL`]).
+pub fn is_built_in(name: &str) -> bool {
+    BUILT_IN.contains(&name) || TREE_INTERNAL.contains(&name)
+}
 
 /// Whether `name` can name a policy: not empty, and only letters, digits,
 /// `_`, `.` and `-`, as gRPC's policy names are.
@@ -116,7 +150,7 @@ impl PolicyRegistry {
         if !is_valid_name(name) {
             return Err(RegistryError::BadName(name.to_owned()));
         }
-        if BUILT_IN.contains(&name) {
+        if is_built_in(name) {
             return Err(RegistryError::BuiltIn(name.to_owned()));
         }
         if self.builders.contains_key(name) {
@@ -272,6 +306,13 @@ mod tests {
             RegistryError::BadName(String::new())
         );
         assert!(PolicyRegistry::new().is_empty());
+        // gRPC's names are taken too, the tree's internal ones included.
+        for name in ["ring_hash_experimental", "priority_experimental"] {
+            assert_eq!(
+                r.clone().with(Named(name)).unwrap_err(),
+                RegistryError::BuiltIn(name.into())
+            );
+        }
         assert_eq!(format!("{r:?}"), "[\"a.b-c_1\"]");
     }
 

@@ -38,6 +38,7 @@ use std::time::Duration;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin;
 
 use super::EndpointAddresses;
+use crate::xds::resource::cluster::Spelling;
 use crate::xds::resource::Check;
 pub use picker::{ReadyEndpoint, WeightedRoundRobinPicker};
 pub use policy::WeightedRoundRobin;
@@ -109,6 +110,17 @@ pub struct Config {
 /// (`metric_names_for_computing_utilization`, `slow_start_config`,
 /// `oob_reporting_config`) are ignored here too.
 pub(crate) fn parse(c: &mut Check, p: &ClientSideWeightedRoundRobin) -> Option<Settings> {
+    parse_as(c, p, Spelling::Proto)
+}
+
+/// [`parse`], with errors naming the fields as `spelling` does: as the
+/// proto, or as the service-config JSON when the message was read from a
+/// TypedStruct's `weighted_round_robin` config.
+pub(crate) fn parse_as(
+    c: &mut Check,
+    p: &ClientSideWeightedRoundRobin,
+    spelling: Spelling,
+) -> Option<Settings> {
     let mut ok = true;
     let mut duration = |c: &mut Check,
                         field: &str,
@@ -124,25 +136,25 @@ pub(crate) fn parse(c: &mut Check, p: &ClientSideWeightedRoundRobin) -> Option<S
     };
     let oob_reporting_period = duration(
         c,
-        "oob_reporting_period",
+        spelling.name("oob_reporting_period", "oobReportingPeriod"),
         &p.oob_reporting_period,
         DEFAULT_OOB_REPORTING_PERIOD,
     );
     let blackout_period = duration(
         c,
-        "blackout_period",
+        spelling.name("blackout_period", "blackoutPeriod"),
         &p.blackout_period,
         DEFAULT_BLACKOUT_PERIOD,
     );
     let weight_expiration_period = duration(
         c,
-        "weight_expiration_period",
+        spelling.name("weight_expiration_period", "weightExpirationPeriod"),
         &p.weight_expiration_period,
         DEFAULT_WEIGHT_EXPIRATION_PERIOD,
     );
     let weight_update_period = duration(
         c,
-        "weight_update_period",
+        spelling.name("weight_update_period", "weightUpdatePeriod"),
         &p.weight_update_period,
         DEFAULT_WEIGHT_UPDATE_PERIOD,
     )
@@ -152,7 +164,8 @@ pub(crate) fn parse(c: &mut Check, p: &ClientSideWeightedRoundRobin) -> Option<S
         .as_ref()
         .map_or(DEFAULT_ERROR_UTILIZATION_PENALTY, |v| v.value);
     if error_utilization_penalty.is_nan() || error_utilization_penalty < 0.0 {
-        c.at("error_utilization_penalty", |c| {
+        let field = spelling.name("error_utilization_penalty", "errorUtilizationPenalty");
+        c.at(field, |c| {
             c.fail_value(error_utilization_penalty, "must be non-negative")
         });
         ok = false;

@@ -30,6 +30,34 @@ use crate::lb::CustomPolicy;
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Largest ring size a ring hash policy may ask for.
 pub const MAX_RING_SIZE: u64 = 8_388_608;
+/// `maxRingSize` when a `ring_hash_experimental` service-config JSON config
+/// (a TypedStruct's `value`) leaves it out, as in C-core and grpc-go (the
+/// proto's default is [`MAX_RING_SIZE`]).
+pub const DEFAULT_JSON_MAX_RING_SIZE: u64 = 4096;
+/// How deep `load_balancing_policy` lists may nest (through `WrrLocality`
+/// or `xds_wrr_locality_experimental`'s `childPolicy`).
+const MAX_POLICY_DEPTH: usize = 16;
+
+/// How a policy's config spells its fields: as the xDS proto does
+/// (`minimum_ring_size`), or as gRPC's service-config JSON does
+/// (`minRingSize`), which a TypedStruct's `value` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spelling {
+    /// The proto's snake_case names.
+    Proto,
+    /// The JSON config's camelCase names.
+    Json,
+}
+
+impl Spelling {
+    /// The field's name in this spelling.
+    pub(crate) fn name(self, proto: &'static str, json: &'static str) -> &'static str {
+        match self {
+            Spelling::Proto => proto,
+            Spelling::Json => json,
+        }
+    }
+}
 
 /// A validated cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -119,7 +147,10 @@ pub enum LbPolicy {
     /// Weighted round robin by the endpoints' load reports (A58).
     WeightedRoundRobin(crate::lb::weighted_round_robin::Settings),
     /// A custom policy from the channel's registry (gRFC A52), selected by
-    /// a TypedStruct naming it.
+    /// a TypedStruct naming it. A TypedStruct naming a built-in policy by
+    /// its gRPC name (`round_robin`, `ring_hash_experimental`, ...) gives
+    /// that policy's own variant instead, its `value` read as the policy's
+    /// service-config JSON config, as C-core does.
     Custom(CustomPolicy),
     /// Weighted localities, each running the child policy.
     WrrLocality(Box<LbPolicy>),
@@ -420,14 +451,25 @@ fn logical_dns(c: &mut Check, cl: &Cluster) -> Option<Discovery> {
     }
 }
 
-fn ring_sizes(c: &mut Check, min: Option<u64>, max: Option<u64>) -> Option<LbPolicy> {
+/// A ring hash policy with the ring sizes given (default 1024, and
+/// [`MAX_RING_SIZE`] in the proto or [`DEFAULT_JSON_MAX_RING_SIZE`] in
+/// JSON), each in 1..=8388608 and the minimum not above the maximum.
+fn ring_sizes(
+    c: &mut Check,
+    min: Option<u64>,
+    max: Option<u64>,
+    spelling: Spelling,
+) -> Option<LbPolicy> {
+    let default_max = match spelling {
+        Spelling::Proto => MAX_RING_SIZE,
+        Spelling::Json => DEFAULT_JSON_MAX_RING_SIZE,
+    };
     let min_ring_size = min.unwrap_or(1024);
-    let max_ring_size = max.unwrap_or(MAX_RING_SIZE);
+    let max_ring_size = max.unwrap_or(default_max);
+    let min_field = spelling.name("minimum_ring_size", "minRingSize");
+    let max_field = spelling.name("maximum_ring_size", "maxRingSize");
     let mut ok = true;
-    for (field, v) in [
-        ("minimum_ring_size", min_ring_size),
-        ("maximum_ring_size", max_ring_size),
-    ] {
+    for (field, v) in [(min_field, min_ring_size), (max_field, max_ring_size)] {
         if v == 0 || v > MAX_RING_SIZE {
             c.at(field, |c| {
                 c.fail_value(v, "must be in the range of 1 to 8388608")
@@ -436,10 +478,10 @@ fn ring_sizes(c: &mut Check, min: Option<u64>, max: Option<u64>) -> Option<LbPol
         }
     }
     if ok && min_ring_size > max_ring_size {
-        c.at("minimum_ring_size", |c| {
+        c.at(min_field, |c| {
             c.fail_value(
                 min_ring_size,
-                format!("is above maximum_ring_size {max_ring_size}"),
+                format!("is above {max_field} {max_ring_size}"),
             )
         });
         ok = false;
@@ -466,6 +508,25 @@ fn maglev(c: &mut Check, table_size: Option<u64>) -> Option<LbPolicy> {
     Some(LbPolicy::Maglev { table_size })
 }
 
+/// A least request policy choosing among `choice_count` endpoints (default
+/// 2); fewer than 2 is refused at `field`. (More than 10 is kept here and
+/// capped by the policy.)
+fn least_request(c: &mut Check, field: &str, choice_count: Option<u32>) -> LbPolicy {
+    let choice_count = choice_count.unwrap_or(2);
+    if choice_count < 2 {
+        c.at(field, |c| c.fail_value(choice_count, "must be at least 2"));
+    }
+    LbPolicy::LeastRequest { choice_count }
+}
+
+/// Records that a policy list nests deeper than [`MAX_POLICY_DEPTH`].
+fn too_deep(c: &mut Check, depth: usize) -> bool {
+    if depth > MAX_POLICY_DEPTH {
+        c.fail("is nested too deeply");
+    }
+    depth > MAX_POLICY_DEPTH
+}
+
 fn legacy_policy(c: &mut Check, cl: &Cluster) -> Option<LbPolicy> {
     use cpb::cluster::ring_hash_lb_config::HashFunction;
     use cpb::cluster::LbConfig;
@@ -479,7 +540,7 @@ fn legacy_policy(c: &mut Check, cl: &Cluster) -> Option<LbPolicy> {
             };
             c.at("ring_hash_lb_config", |c| {
                 let Some(r) = cfg else {
-                    return ring_sizes(c, None, None);
+                    return ring_sizes(c, None, None, Spelling::Proto);
                 };
                 if r.hash_function != HashFunction::XxHash as i32 {
                     c.at("hash_function", |c| {
@@ -490,6 +551,7 @@ fn legacy_policy(c: &mut Check, cl: &Cluster) -> Option<LbPolicy> {
                     c,
                     r.minimum_ring_size.as_ref().map(|v| v.value),
                     r.maximum_ring_size.as_ref().map(|v| v.value),
+                    Spelling::Proto,
                 )
             })
         }
@@ -502,17 +564,14 @@ fn legacy_policy(c: &mut Check, cl: &Cluster) -> Option<LbPolicy> {
         }
         Ok(P::LeastRequest) => {
             let choice_count = match &cl.lb_config {
-                Some(LbConfig::LeastRequestLbConfig(l)) => {
-                    l.choice_count.as_ref().map_or(2, |v| v.value)
-                }
-                _ => 2,
+                Some(LbConfig::LeastRequestLbConfig(l)) => l.choice_count.as_ref().map(|v| v.value),
+                _ => None,
             };
-            if choice_count < 2 {
-                c.at("least_request_lb_config.choice_count", |c| {
-                    c.fail_value(choice_count, "must be at least 2")
-                });
-            }
-            Some(LbPolicy::LeastRequest { choice_count })
+            Some(least_request(
+                c,
+                "least_request_lb_config.choice_count",
+                choice_count,
+            ))
         }
         _ => {
             c.at("lb_policy", |c| {
@@ -523,13 +582,14 @@ fn legacy_policy(c: &mut Check, cl: &Cluster) -> Option<LbPolicy> {
     }
 }
 
-/// A TypedStruct entry of a policy list: the custom policy it names
-/// (gRFC A52) with its config parsed, an error (`Some(None)`) when its type
-/// URL names nothing or the policy refuses the config, or `None` (try the
-/// next entry) when no policy of that name is registered.
-fn custom_policy(
+/// A TypedStruct entry of a policy list: the policy its type URL names,
+/// its `value` (`{}` when absent) read as that policy's service-config JSON
+/// config (see [`named_policy`]); an error (`Some(None)`) when the type URL
+/// names nothing, or `None` (try the next entry) when the name is unknown.
+fn struct_policy(
     c: &mut Check,
     any: &envoy_types::pb::google::protobuf::Any,
+    depth: usize,
 ) -> Option<Option<LbPolicy>> {
     let t = match <TypedStruct as prost::Message>::decode(any.value.as_slice()) {
         Ok(t) => t,
@@ -545,22 +605,248 @@ fn custom_policy(
         c.at("type_url", |c| c.fail_value(&t.type_url, "names no policy"));
         return Some(None);
     };
-    let builder = c.options().policies.get(name)?.clone();
-    match CustomPolicy::parse(&builder, t.config()) {
-        Ok(p) => Some(Some(LbPolicy::Custom(p))),
-        Err(e) => {
-            c.at("value", |c| {
-                c.fail(format!("policy {name} refused its config: {e}"))
+    let config = t.config();
+    c.at("value", |c| named_policy(c, name, &config, depth))
+}
+
+/// The policy gRPC's LB policy registry knows as `name`, with `config` (a
+/// JSON object) as its service-config JSON config, the way C-core reads a
+/// TypedStruct: the built-ins tether runs (`round_robin`, `pick_first`,
+/// `ring_hash_experimental`, `weighted_round_robin`,
+/// `xds_wrr_locality_experimental`, and grpc-go's
+/// `least_request_experimental`) become their own [`LbPolicy`] with the
+/// proto path's rules; the xDS tree's internal policies
+/// ([`TREE_INTERNAL`](crate::lb::registry::TREE_INTERNAL)) are refused; any
+/// other name is a custom policy of the channel's registry (gRFC A52).
+/// As in C-core, unknown fields are ignored and `null` counts as absent.
+/// `Some(None)` is an error (recorded on `c`), `None` an unknown name.
+fn named_policy(
+    c: &mut Check,
+    name: &str,
+    config: &serde_json::Value,
+    depth: usize,
+) -> Option<Option<LbPolicy>> {
+    use crate::lb::registry::TREE_INTERNAL;
+    use envoy_types::pb::google::protobuf::{BoolValue, FloatValue};
+    use lbp::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin;
+    let mut fields = JsonFields { config, ok: true };
+    let policy = match name {
+        // Its config is ignored, as C-core ignores it.
+        "round_robin" => Some(LbPolicy::RoundRobin),
+        "pick_first" => {
+            let shuffle = fields.bool(c, "shuffleAddressList");
+            Some(LbPolicy::PickFirst {
+                shuffle: shuffle.unwrap_or(false),
+            })
+        }
+        "ring_hash_experimental" => {
+            let min = fields.uint(c, "minRingSize", u64::MAX);
+            let max = fields.uint(c, "maxRingSize", u64::MAX);
+            if !fields.ok {
+                return Some(None);
+            }
+            ring_sizes(c, min, max, Spelling::Json)
+        }
+        "least_request_experimental" => {
+            let choice_count = fields.uint(c, "choiceCount", u32::MAX.into());
+            Some(least_request(
+                c,
+                "choiceCount",
+                choice_count.map(|n| n as u32),
+            ))
+        }
+        "weighted_round_robin" => {
+            let w = ClientSideWeightedRoundRobin {
+                enable_oob_load_report: fields
+                    .bool(c, "enableOobLoadReport")
+                    .map(|value| BoolValue { value }),
+                oob_reporting_period: fields.duration(c, "oobReportingPeriod"),
+                blackout_period: fields.duration(c, "blackoutPeriod"),
+                weight_expiration_period: fields.duration(c, "weightExpirationPeriod"),
+                weight_update_period: fields.duration(c, "weightUpdatePeriod"),
+                error_utilization_penalty: fields
+                    .float(c, "errorUtilizationPenalty")
+                    .map(|value| FloatValue { value }),
+                ..Default::default()
+            };
+            if !fields.ok {
+                return Some(None);
+            }
+            crate::lb::weighted_round_robin::parse_as(c, &w, Spelling::Json)
+                .map(LbPolicy::WeightedRoundRobin)
+        }
+        "xds_wrr_locality_experimental" => {
+            let child = c.at("childPolicy", |c| match config.get("childPolicy") {
+                None | Some(serde_json::Value::Null) => {
+                    c.fail("field not present");
+                    None
+                }
+                Some(list) => policy_list(c, list, depth + 1),
             });
-            Some(None)
+            child.map(|ch| LbPolicy::WrrLocality(Box::new(ch)))
+        }
+        _ if TREE_INTERNAL.contains(&name) => {
+            c.fail(format!(
+                "policy {name} is internal to the xDS LB tree and cannot be a cluster's policy"
+            ));
+            None
+        }
+        _ => {
+            let builder = c.options().policies.get(name)?.clone();
+            match CustomPolicy::parse(&builder, config.clone()) {
+                Ok(p) => Some(LbPolicy::Custom(p)),
+                Err(e) => {
+                    c.fail(format!("policy {name} refused its config: {e}"));
+                    None
+                }
+            }
+        }
+    };
+    Some(policy.filter(|_| fields.ok))
+}
+
+/// A service-config `childPolicy` list (of `{"<name>": {config}}`
+/// objects): the first policy [`named_policy`] knows, as C-core's LB
+/// policy registry picks it; a malformed entry before it, or none known,
+/// is an error.
+fn policy_list(c: &mut Check, list: &serde_json::Value, depth: usize) -> Option<LbPolicy> {
+    if too_deep(c, depth) {
+        return None;
+    }
+    let Some(entries) = list.as_array() else {
+        c.fail_value(JsonText(list), "is not an array");
+        return None;
+    };
+    let mut tried = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let only = entry
+            .as_object()
+            .filter(|o| o.len() == 1)
+            .and_then(|o| o.iter().next());
+        let Some((name, config)) = only else {
+            c.index(i, |c| {
+                c.fail_value(JsonText(entry), "must be an object naming one policy")
+            });
+            return None;
+        };
+        let found = c.index(i, |c| {
+            c.at(name, |c| {
+                if !config.is_object() {
+                    c.fail_value(JsonText(config), "is not an object");
+                    return Some(None);
+                }
+                named_policy(c, name, config, depth)
+            })
+        });
+        match found {
+            Some(policy) => return policy,
+            None => tried.push(name.as_str()),
+        }
+    }
+    c.fail(format!(
+        "no supported load balancing policy in the list (tried: {})",
+        tried.join(", ")
+    ));
+    None
+}
+
+/// A JSON value shown as JSON in errors.
+struct JsonText<'a>(&'a serde_json::Value);
+
+impl std::fmt::Debug for JsonText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Reads the fields of a service-config JSON config object the way C-core's
+/// JSON loader does: a field absent or `null` is unset, numbers may also
+/// be written as strings, durations only as protobuf-JSON strings
+/// (`"1.5s"`). A field of the wrong type is recorded at its name, with its
+/// value, and clears `ok`.
+struct JsonFields<'a> {
+    config: &'a serde_json::Value,
+    ok: bool,
+}
+
+impl JsonFields<'_> {
+    /// Field `key` as `read` makes it, or `problem` when it cannot.
+    fn get<T>(
+        &mut self,
+        c: &mut Check,
+        key: &str,
+        problem: &str,
+        read: impl FnOnce(&serde_json::Value) -> Option<T>,
+    ) -> Option<T> {
+        let v = self.config.get(key).filter(|v| !v.is_null())?;
+        let value = read(v);
+        if value.is_none() {
+            c.at(key, |c| c.fail_value(JsonText(v), problem));
+            self.ok = false;
+        }
+        value
+    }
+
+    fn bool(&mut self, c: &mut Check, key: &str) -> Option<bool> {
+        self.get(c, key, "is not a boolean", serde_json::Value::as_bool)
+    }
+
+    /// A whole number up to `max` (a TypedStruct's numbers are doubles).
+    fn uint(&mut self, c: &mut Check, key: &str, max: u64) -> Option<u64> {
+        let problem = match max {
+            u64::MAX => "is not a non-negative integer".to_owned(),
+            _ => format!("is not an integer in the range of 0 to {max}"),
+        };
+        self.get(c, key, &problem, |v| {
+            let whole =
+                |f: f64| (f >= 0.0 && f.fract() == 0.0 && f < 2f64.powi(64)).then_some(f as u64);
+            match v {
+                serde_json::Value::Number(n) => n.as_u64().or_else(|| n.as_f64().and_then(whole)),
+                serde_json::Value::String(s) => s.trim().parse::<u64>().ok(),
+                _ => None,
+            }
+            .filter(|n| *n <= max)
+        })
+    }
+
+    fn float(&mut self, c: &mut Check, key: &str) -> Option<f32> {
+        self.get(c, key, "is not a number", |v| match v {
+            serde_json::Value::Number(n) => n.as_f64().map(|f| f as f32),
+            serde_json::Value::String(s) => s.trim().parse::<f32>().ok(),
+            _ => None,
+        })
+    }
+
+    /// A protobuf-JSON duration string (`"10s"`, `"0.25s"`), read by
+    /// the same parser as tether-control's files.
+    fn duration(
+        &mut self,
+        c: &mut Check,
+        key: &str,
+    ) -> Option<envoy_types::pb::google::protobuf::Duration> {
+        let v = self.config.get(key).filter(|v| !v.is_null())?;
+        let parsed = match v.as_str() {
+            Some(text) => tether_core::duration::parse(text).map_err(|e| e.to_string()),
+            None => Err("is not a duration string like \"1.5s\"".to_owned()),
+        };
+        match parsed {
+            Ok(d) => Some(envoy_types::pb::google::protobuf::Duration {
+                // Both fit: parse refuses more than 315576000000 s.
+                seconds: d.as_secs() as i64,
+                nanos: d.subsec_nanos() as i32,
+            }),
+            Err(problem) => {
+                c.at(key, |c| c.fail_value(JsonText(v), problem));
+                self.ok = false;
+                None
+            }
         }
     }
 }
 
 /// The first supported policy of a `load_balancing_policy` list.
 fn typed_policy(c: &mut Check, p: &cpb::LoadBalancingPolicy, depth: usize) -> Option<LbPolicy> {
-    if depth > 16 {
-        c.fail("is nested too deeply");
+    if too_deep(c, depth) {
         return None;
     }
     for (i, pol) in p.policies.iter().enumerate() {
@@ -592,19 +878,15 @@ fn typed_policy(c: &mut Check, p: &cpb::LoadBalancingPolicy, depth: usize) -> Op
                             c,
                             r.minimum_ring_size.as_ref().map(|v| v.value),
                             r.maximum_ring_size.as_ref().map(|v| v.value),
+                            Spelling::Proto,
                         ))
                     } else if c.options().maglev && name == lbp::maglev::v3::Maglev::full_name() {
                         let m = c.unpack::<lbp::maglev::v3::Maglev>(any)?;
                         Some(maglev(c, m.table_size.as_ref().map(|v| v.value)))
                     } else if name == lbp::least_request::v3::LeastRequest::full_name() {
                         let l = c.unpack::<lbp::least_request::v3::LeastRequest>(any)?;
-                        let choice_count = l.choice_count.as_ref().map_or(2, |v| v.value);
-                        if choice_count < 2 {
-                            c.at("choice_count", |c| {
-                                c.fail_value(choice_count, "must be at least 2")
-                            });
-                        }
-                        Some(Some(LbPolicy::LeastRequest { choice_count }))
+                        let choice_count = l.choice_count.as_ref().map(|v| v.value);
+                        Some(Some(least_request(c, "choice_count", choice_count)))
                     } else if name == lbp::pick_first::v3::PickFirst::full_name() {
                         let f = c.unpack::<lbp::pick_first::v3::PickFirst>(any)?;
                         Some(Some(LbPolicy::PickFirst {
@@ -621,7 +903,7 @@ fn typed_policy(c: &mut Check, p: &cpb::LoadBalancingPolicy, depth: usize) -> Op
                                 .map(LbPolicy::WeightedRoundRobin),
                         )
                     } else if name == TypedStruct::full_name() || name == UDPA_TYPED_STRUCT {
-                        custom_policy(c, any)
+                        struct_policy(c, any, depth)
                     } else if name == lbp::wrr_locality::v3::WrrLocality::full_name() {
                         let w = c.unpack::<lbp::wrr_locality::v3::WrrLocality>(any)?;
                         let child = c.at("endpoint_picking_policy", |c| {
