@@ -108,7 +108,11 @@ pub const STREAM_CORE_METRICS_PATH: &str = "/xds.service.orca.v3.OpenRcaService/
 /// headers), if it carries a valid one. A malformed trailer is logged and
 /// ignored: the call itself is unaffected.
 pub fn report_from_trailers(trailers: &http::HeaderMap) -> Option<OrcaLoadReport> {
-    let value = trailers.get(PER_CALL_TRAILER)?;
+    report_from_value(trailers.get(PER_CALL_TRAILER)?)
+}
+
+/// The load report of one [`PER_CALL_TRAILER`] value, if it is one.
+pub fn report_from_value(value: &HeaderValue) -> Option<OrcaLoadReport> {
     let bytes = match BASE64.decode(value.as_bytes()) {
         Ok(b) => b,
         Err(e) => {

@@ -217,6 +217,47 @@ async fn penalty_changes_apply_to_later_reports() {
     assert_eq!(weight(&w), 100.0);
 }
 
+/// A trailer equal to the last one counts again without a decode, and
+/// reads as the report it carries; a new penalty, other bytes or a
+/// malformed trailer are read afresh.
+#[tokio::test(start_paused = true)]
+async fn repeated_trailers_count_as_their_report() {
+    let weight =
+        |w: &EndpointWeight| w.weight(Instant::now(), Duration::from_secs(60), Duration::ZERO);
+    let w = EndpointWeight::new(0.0);
+    let mut r = report(100.0, 0.5);
+    r.eps = 50.0;
+    let value = trailer_value(&r);
+    assert!(w.report_trailer(&value, Instant::now()));
+    assert_eq!(weight(&w), 200.0);
+    // The same bytes keep the run going: the blackout counts from the
+    // first of them, the expiry from the last.
+    tokio::time::advance(Duration::from_secs(50)).await;
+    assert!(w.report_trailer(&value, Instant::now()));
+    tokio::time::advance(Duration::from_secs(50)).await;
+    assert_eq!(weight(&w), 200.0, "the repeat moved the expiry");
+    assert_eq!(
+        w.weight(Instant::now(), Duration::from_secs(60), Duration::from_secs(90)),
+        200.0,
+        "the run began 100 s ago"
+    );
+    // The penalty applies to the same bytes once it changes.
+    w.set_error_utilization_penalty(1.0);
+    assert!(w.report_trailer(&value, Instant::now()));
+    assert_eq!(weight(&w), 100.0);
+    // Other bytes are decoded.
+    assert!(w.report_trailer(&trailer_value(&report(300.0, 0.5)), Instant::now()));
+    assert_eq!(weight(&w), 600.0);
+    // A trailer that is not a report, or a report without utilization, is
+    // ignored, repeated or not: the weight stays.
+    let garbage = http::HeaderValue::from_static("not base64!");
+    let useless = trailer_value(&report(300.0, 0.0));
+    for v in [&garbage, &garbage, &useless, &useless] {
+        assert!(!w.report_trailer(v, Instant::now()));
+    }
+    assert_eq!(weight(&w), 600.0);
+}
+
 struct Endpoints {
     pool: SubchannelPool,
 }

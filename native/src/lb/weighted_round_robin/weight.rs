@@ -10,7 +10,9 @@
 //! Reports arrive from calls ending on any thread (per call) or from the
 //! out-of-band stream; the LB task reads the weights every
 //! `weight_update_period`. A short mutex guards the few fields: picks never
-//! touch it.
+//! touch it. A server usually sends the same trailer call after call (its
+//! metrics change more slowly than calls end), so the last trailer's bytes
+//! and weight are kept and an equal trailer is not decoded again.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -18,7 +20,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::lb::CallTracker;
-use crate::orca::{report_from_trailers, OrcaLoadReport};
+use http::HeaderValue;
+
+use crate::orca::{report_from_value, OrcaLoadReport, PER_CALL_TRAILER};
 
 /// An endpoint's weight and the times that make it usable.
 #[derive(Debug)]
@@ -26,7 +30,7 @@ pub struct EndpointWeight {
     state: Mutex<State>,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct State {
     /// The weight of the last usable report.
     weight: f64,
@@ -40,6 +44,22 @@ struct State {
     /// Whether the endpoint is READY, and whether it ever was.
     ready: bool,
     ever_ready: bool,
+    /// The last per-call trailer decoded, and its weight (`None`:
+    /// unusable) under the current penalty.
+    last_trailer: Option<(Box<[u8]>, Option<f64>)>,
+}
+
+impl State {
+    /// A report's weight (`None`: unusable) received at `now`.
+    fn take(&mut self, weight: Option<f64>, now: Instant) -> bool {
+        let Some(weight) = weight else {
+            return false;
+        };
+        self.weight = weight;
+        self.non_empty_since.get_or_insert(now);
+        self.last_updated = Some(now);
+        true
+    }
 }
 
 impl EndpointWeight {
@@ -53,6 +73,7 @@ impl EndpointWeight {
                 error_utilization_penalty: f64::from(error_utilization_penalty),
                 ready: false,
                 ever_ready: false,
+                last_trailer: None,
             }),
         }
     }
@@ -64,7 +85,10 @@ impl EndpointWeight {
 
     /// A new config's penalty, for the reports to come.
     pub fn set_error_utilization_penalty(&self, penalty: f32) {
-        self.lock().error_utilization_penalty = f64::from(penalty);
+        let mut s = self.lock();
+        s.error_utilization_penalty = f64::from(penalty);
+        // Its weight was under the old penalty.
+        s.last_trailer = None;
     }
 
     /// Takes a load report received at `now`. Returns whether it was
@@ -72,19 +96,26 @@ impl EndpointWeight {
     /// about weight and is ignored.
     pub fn report(&self, report: &OrcaLoadReport, now: Instant) -> bool {
         let mut s = self.lock();
-        let Some(weight) = weight_of(report, s.error_utilization_penalty) else {
-            log::trace!(
-                "load report without qps ({}) or utilization (application {}, cpu {}): ignored",
-                report.rps_fractional,
-                report.application_utilization,
-                report.cpu_utilization
-            );
-            return false;
+        let weight = usable_weight(report, s.error_utilization_penalty);
+        s.take(weight, now)
+    }
+
+    /// Takes a per-call trailer value (a serialized report, base64)
+    /// received at `now`, as [`EndpointWeight::report`] takes the report;
+    /// the same bytes as the last trailer's are not decoded again.
+    pub fn report_trailer(&self, value: &HeaderValue, now: Instant) -> bool {
+        let mut s = self.lock();
+        let weight = match &s.last_trailer {
+            Some((last, weight)) if **last == *value.as_bytes() => *weight,
+            _ => {
+                let weight = report_from_value(value)
+                    .and_then(|r| usable_weight(&r, s.error_utilization_penalty));
+                // A copy: the value may share a larger received buffer.
+                s.last_trailer = Some((value.as_bytes().into(), weight));
+                weight
+            }
         };
-        s.weight = weight;
-        s.non_empty_since.get_or_insert(now);
-        s.last_updated = Some(now);
-        true
+        s.take(weight, now)
     }
 
     /// The weight to schedule with at `now`: 0 (unknown) before the first
@@ -124,6 +155,20 @@ impl EndpointWeight {
     }
 }
 
+/// [`weight_of`], logging a report it cannot use.
+fn usable_weight(report: &OrcaLoadReport, penalty: f64) -> Option<f64> {
+    let weight = weight_of(report, penalty);
+    if weight.is_none() {
+        log::trace!(
+            "load report without qps ({}) or utilization (application {}, cpu {}): ignored",
+            report.rps_fractional,
+            report.application_utilization,
+            report.cpu_utilization
+        );
+    }
+    weight
+}
+
 /// A report's weight under `penalty`, if it has both qps and utilization.
 pub fn weight_of(report: &OrcaLoadReport, penalty: f64) -> Option<f64> {
     let utilization = if report.application_utilization > 0.0 {
@@ -150,8 +195,8 @@ impl CallTracker for EndpointWeight {
     fn finished(&self, _ok: bool) {}
 
     fn finished_with_trailers(&self, _ok: bool, trailers: Option<&http::HeaderMap>) {
-        if let Some(report) = trailers.and_then(report_from_trailers) {
-            self.report(&report, Instant::now());
+        if let Some(value) = trailers.and_then(|t| t.get(PER_CALL_TRAILER)) {
+            self.report_trailer(value, Instant::now());
         }
     }
 }
