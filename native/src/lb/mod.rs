@@ -333,6 +333,9 @@ pub enum Event {
     /// connecting the endpoint whose first address this is (pickers cannot
     /// change a policy's endpoints themselves).
     ConnectEndpoint(PolicyId, SocketAddr),
+    /// An IDLE policy's picker got a call: that policy starts connecting
+    /// (gRPC's `ExitIdle`; `pick_first` after its connection closed).
+    ExitIdle(PolicyId),
     /// `outlier_detection` ejected (true) or un-ejected the endpoint with
     /// this address; sent only to its own subtree, where
     /// `xds_override_host` keeps sessions off ejected endpoints.
@@ -446,6 +449,13 @@ pub trait LbPolicy: Send {
     fn picker(&self) -> SharedPicker;
     /// A snapshot for operators.
     fn stats(&self) -> PolicyStats;
+    /// Asked by a parent that does not keep children IDLE (as C-core's
+    /// `weighted_target` does not): start connecting if IDLE. Returns
+    /// whether its state or picker changed. Policies that never wait IDLE
+    /// keep this default.
+    fn exit_idle(&mut self, _ctx: &mut Ctx<'_>) -> bool {
+        false
+    }
 }
 
 /// A policy's config. The xDS policies get typed configs made by their

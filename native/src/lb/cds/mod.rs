@@ -20,6 +20,7 @@ use std::sync::Arc;
 use super::cluster_impl;
 use super::outlier_detection;
 use super::override_host;
+use super::pick_first;
 use super::priority;
 use super::ring_hash;
 use super::wrr_locality::{self, EndpointPolicy, Locality};
@@ -83,6 +84,13 @@ enum PriorityPolicy {
     /// instance over all the localities' endpoints, as gRPC runs any
     /// policy not under `xds_wrr_locality`.
     Whole(CustomPolicy),
+    /// `pick_first` at the top of the cluster's list: one over all the
+    /// localities' endpoints, right under `priority`, as gRPC runs it (so
+    /// its IDLE picker gets the calls that make it connect again).
+    PickFirst {
+        /// `shuffle_address_list`.
+        shuffle: bool,
+    },
 }
 
 /// The policy under each priority for a cluster's `lb_policy`, or why the
@@ -91,15 +99,18 @@ fn priority_policy(policy: &ClusterLbPolicy) -> Result<PriorityPolicy, String> {
     match policy {
         ClusterLbPolicy::RoundRobin => Ok(PriorityPolicy::Localities(EndpointPolicy::RoundRobin)),
         ClusterLbPolicy::PickFirst { shuffle } => {
-            Ok(PriorityPolicy::Localities(EndpointPolicy::PickFirst {
-                shuffle: *shuffle,
-            }))
+            Ok(PriorityPolicy::PickFirst { shuffle: *shuffle })
         }
         ClusterLbPolicy::WrrLocality(inner) => match priority_policy(inner)? {
             PriorityPolicy::Localities(p) => Ok(PriorityPolicy::Localities(p)),
             // gRPC would build one ring per locality, under weighted_target.
             PriorityPolicy::Hash(_) => Err("ring_hash under wrr_locality".to_owned()),
             PriorityPolicy::Whole(p) => Ok(PriorityPolicy::Localities(EndpointPolicy::Custom(p))),
+            PriorityPolicy::PickFirst { shuffle } => {
+                Ok(PriorityPolicy::Localities(EndpointPolicy::PickFirst {
+                    shuffle,
+                }))
+            }
         },
         ClusterLbPolicy::RingHash {
             min_ring_size,
@@ -147,6 +158,7 @@ pub fn policy_chain(cluster: &ClusterResource) -> Result<Vec<&'static str>, Stri
         }
         PriorityPolicy::Hash(_) => chain.push("ring_hash"),
         PriorityPolicy::Whole(p) => chain.push(p.name()),
+        PriorityPolicy::PickFirst { .. } => chain.push("pick_first"),
     }
     Ok(chain)
 }
@@ -203,6 +215,10 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
                 PriorityPolicy::Hash(table) => LbConfig::RingHash(ring_hash::Config {
                     localities,
                     table: *table,
+                }),
+                PriorityPolicy::PickFirst { shuffle } => LbConfig::PickFirst(pick_first::Config {
+                    endpoints: localities.into_iter().flat_map(|l| l.endpoints).collect(),
+                    shuffle: *shuffle,
                 }),
                 PriorityPolicy::Whole(custom) => LbConfig::Custom(CustomConfig {
                     endpoints: localities.into_iter().flat_map(|l| l.endpoints).collect(),

@@ -10,11 +10,17 @@
 //! address failed, the list reports TRANSIENT_FAILURE and stays there until
 //! one connects ("sticky"), each address retrying when its backoff ends.
 //!
-//! Unlike gRPC's standalone pick_first, a list whose connection closes
-//! reconnects at once instead of waiting IDLE for the next call. A lazy list
-//! ([`AddressList::idle`], ring_hash's endpoints) is the exception: it
-//! starts IDLE, connects only when asked, and goes back to IDLE when its
-//! connection closes, as gRPC's pick_first does.
+//! The [`PickFirst`] policy connects as soon as it gets its first
+//! addresses. When its chosen connection closes it goes IDLE, as gRPC's
+//! pick_first does: nothing reconnects until a call comes. Its IDLE picker
+//! queues the call and sends [`Event::ExitIdle`] (once per picker); the
+//! policy then starts a new pass from the start of its list, with the
+//! addresses of its latest update (one that comes while IDLE is kept for
+//! that pass and connects nothing). `round_robin`'s lists reconnect at once
+//! instead (gRFC A61: its endpoints' pick_first goes IDLE and is told to
+//! leave it at once), and a lazy list ([`AddressList::idle`], ring_hash's
+//! endpoints) starts IDLE, connects only when asked, and goes back to IDLE
+//! when its connection closes.
 
 mod picker;
 #[cfg(test)]
@@ -25,7 +31,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::{
-    ConnectivityState, Ctx, EndpointAddresses, Event, LbConfig, LbPolicy, PolicyStats,
+    ConnectivityState, Ctx, EndpointAddresses, Event, LbConfig, LbPolicy, PolicyId, PolicyStats,
     SharedPicker, Subchannel, SubchannelId, Timer, TimerToken,
 };
 pub use picker::PickFirstPicker;
@@ -91,13 +97,18 @@ pub struct AddressList {
     selected: Option<usize>,
     state: ConnectivityState,
     last_error: Option<String>,
-    /// Starts IDLE and returns to IDLE when its connection closes, instead
-    /// of connecting on its own.
+    /// Returns to IDLE when its connection closes, instead of starting a
+    /// new pass on its own.
     lazy: bool,
 }
 
 impl AddressList {
-    fn with_state(ctx: &Ctx<'_>, addresses: &[SocketAddr], state: ConnectivityState) -> Self {
+    fn with_state(
+        ctx: &Ctx<'_>,
+        addresses: &[SocketAddr],
+        state: ConnectivityState,
+        lazy: bool,
+    ) -> Self {
         let subchannels: Vec<Subchannel> = addresses.iter().map(|a| ctx.subchannel(*a)).collect();
         let states = subchannels.iter().map(Subchannel::state).collect();
         AddressList {
@@ -111,15 +122,25 @@ impl AddressList {
             selected: None,
             state,
             last_error: None,
-            lazy: state == ConnectivityState::Idle,
+            lazy,
         }
     }
 
     /// Subchannels for `addresses` (shared through the pool) and a first
     /// connection attempt, unless one is READY already.
     pub fn new(ctx: &mut Ctx<'_>, addresses: &[SocketAddr]) -> Self {
-        let mut list = Self::with_state(ctx, addresses, ConnectivityState::Connecting);
+        let mut list = Self::with_state(ctx, addresses, ConnectivityState::Connecting, false);
         list.start(ctx);
+        list
+    }
+
+    /// The [`PickFirst`] policy's list: connecting at once unless `idle`,
+    /// and IDLE again when its connection closes.
+    fn for_policy(ctx: &mut Ctx<'_>, addresses: &[SocketAddr], idle: bool) -> Self {
+        let mut list = Self::with_state(ctx, addresses, ConnectivityState::Idle, true);
+        if !idle {
+            list.exit_idle(ctx);
+        }
         list
     }
 
@@ -128,7 +149,7 @@ impl AddressList {
     /// closes (ring_hash connects endpoints only when picks need them).
     /// While IDLE it only notes its subchannels' states.
     pub fn idle(ctx: &Ctx<'_>, addresses: &[SocketAddr]) -> Self {
-        Self::with_state(ctx, addresses, ConnectivityState::Idle)
+        Self::with_state(ctx, addresses, ConnectivityState::Idle, true)
     }
 
     /// Starts connecting an IDLE list; returns whether it was IDLE.
@@ -171,7 +192,8 @@ impl AddressList {
 
     /// The list's state: READY once an address is chosen, CONNECTING during
     /// a pass, TRANSIENT_FAILURE after a failed pass until one connects;
-    /// IDLE for a lazy list not asked to connect.
+    /// IDLE for a lazy list not asked to connect, or whose connection
+    /// closed.
     pub fn state(&self) -> ConnectivityState {
         self.state
     }
@@ -333,21 +355,34 @@ impl AddressList {
 }
 
 /// The `pick_first` policy over a flattened address list.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct PickFirst {
+    /// Names the policy in [`Event::ExitIdle`].
+    id: PolicyId,
     config: Config,
     list: Option<AddressList>,
     picker: Option<SharedPicker>,
 }
 
+impl Default for PickFirst {
+    fn default() -> Self {
+        PickFirst::new()
+    }
+}
+
 impl PickFirst {
     /// A policy with no addresses yet.
     pub fn new() -> Self {
-        PickFirst::default()
+        PickFirst {
+            id: PolicyId::next(),
+            config: Config::default(),
+            list: None,
+            picker: None,
+        }
     }
 
-    fn rebuild_picker(&mut self) {
-        self.picker = Some(picker::for_list(self.list.as_ref()));
+    fn rebuild_picker(&mut self, ctx: &Ctx<'_>) {
+        self.picker = Some(picker::for_list(self.list.as_ref(), self.id, ctx.events()));
     }
 }
 
@@ -378,8 +413,11 @@ impl LbPolicy for PickFirst {
         if unchanged {
             return false;
         }
-        self.list = (!addresses.is_empty()).then(|| AddressList::new(ctx, &addresses));
-        self.rebuild_picker();
+        // The first addresses connect at once; new ones that come while
+        // IDLE wait for a call, as the old ones did.
+        let idle = self.state() == ConnectivityState::Idle;
+        self.list = (!addresses.is_empty()).then(|| AddressList::for_policy(ctx, &addresses, idle));
+        self.rebuild_picker(ctx);
         true
     }
 
@@ -388,12 +426,22 @@ impl LbPolicy for PickFirst {
             return false;
         };
         let changed = match *event {
-            Event::Subchannel(id, _, state) => list.subchannel_state(ctx, id, state),
+            Event::Subchannel(id, _, state) => {
+                let changed = list.subchannel_state(ctx, id, state);
+                if changed && list.state() == ConnectivityState::Idle {
+                    log::info!(
+                        "{}: pick_first: the chosen connection closed: IDLE until a call comes",
+                        ctx.target
+                    );
+                }
+                changed
+            }
             Event::Timer(token) => list.timer(ctx, token),
+            Event::ExitIdle(policy) if policy == self.id => return self.exit_idle(ctx),
             _ => false,
         };
         if changed {
-            self.rebuild_picker();
+            self.rebuild_picker(ctx);
         }
         changed
     }
@@ -407,7 +455,19 @@ impl LbPolicy for PickFirst {
     fn picker(&self) -> SharedPicker {
         self.picker
             .clone()
-            .unwrap_or_else(|| picker::for_list(self.list.as_ref()))
+            .unwrap_or_else(|| super::fail_picker("empty address list"))
+    }
+
+    fn exit_idle(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let Some(list) = self.list.as_mut() else {
+            return false;
+        };
+        if !list.exit_idle(ctx) {
+            return false;
+        }
+        log::info!("{}: pick_first: leaving IDLE: connecting", ctx.target);
+        self.rebuild_picker(ctx);
+        true
     }
 
     fn stats(&self) -> PolicyStats {

@@ -282,3 +282,135 @@ fn shuffle_permutes_endpoints_and_keeps_their_addresses_together() {
         }
     });
 }
+
+impl Harness {
+    /// The events sent to the LB task so far (timers that fired included).
+    fn sent(&mut self) -> Vec<Event> {
+        std::iter::from_fn(|| self.rx.try_recv().ok()).collect()
+    }
+
+    /// Feeds `event` to the policy, as the LB task would.
+    fn feed(&mut self, event: Event) -> bool {
+        let mut ctx = Ctx::new(&self.pool, &self.tx, &mut self.next_timer, "test");
+        self.policy.event(&mut ctx, &event)
+    }
+}
+
+/// A on its own connected: the policy READY on A.
+async fn ready_on_a(h: &mut Harness) {
+    h.update(vec![endpoint(&[A]), endpoint(&[B])], false);
+    assert_eq!(h.policy.state(), Connecting, "the first update connects");
+    h.connecting(A);
+    assert!(h.set(A, Ready));
+    assert_eq!(h.policy.state(), Ready);
+    assert_eq!(h.selected(), Some(addr(A)));
+}
+
+#[test]
+fn a_closed_connection_leaves_the_policy_idle_until_a_call_comes() {
+    run(|mut h| async move {
+        ready_on_a(&mut h).await;
+
+        // The connection closes: IDLE, nothing asked to connect, however
+        // long nobody calls.
+        assert!(h.set(A, Idle));
+        assert_eq!(h.policy.state(), Idle);
+        assert_eq!(h.policy.stats().state, Idle);
+        assert_eq!(h.selected(), None);
+        assert!(h.sent().is_empty());
+        h.elapse(Duration::from_secs(30)).await;
+        assert!(!h.requested(A) && !h.requested(B));
+
+        // Calls queue; only the first asks the policy to leave IDLE.
+        for _ in 0..5 {
+            assert!(matches!(h.pick(), PickResult::Queue));
+        }
+        let sent = h.sent();
+        let id = h.policy.id;
+        assert_eq!(sent, vec![Event::ExitIdle(id)]);
+        assert!(!h.requested(A), "the picker connects nothing itself");
+
+        // Another policy's request is not ours.
+        assert!(!h.feed(Event::ExitIdle(PolicyId::next())));
+        assert_eq!(h.policy.state(), Idle);
+
+        // On the event, a new pass from the first address.
+        assert!(h.feed(Event::ExitIdle(id)));
+        assert_eq!(h.policy.state(), Connecting);
+        assert!(h.requested(A));
+        assert!(!h.requested(B));
+        assert!(matches!(h.pick(), PickResult::Queue));
+        assert!(h.sent().is_empty(), "a CONNECTING picker asks nothing");
+        // A late duplicate changes nothing.
+        assert!(!h.feed(Event::ExitIdle(id)));
+        h.connecting(A);
+        assert!(h.set(A, Ready));
+        assert_eq!(h.policy.state(), Ready);
+        match h.pick() {
+            PickResult::Complete(p) => assert_eq!(p.subchannel.address(), addr(A)),
+            other => panic!("expected a pick of A, got {other:?}"),
+        }
+    });
+}
+
+#[test]
+fn the_new_pass_is_happy_eyeballs_with_sticky_failure() {
+    run(|mut h| async move {
+        ready_on_a(&mut h).await;
+        h.set(A, Idle);
+        assert!(matches!(h.pick(), PickResult::Queue));
+        let id = h.policy.id;
+        h.feed(Event::ExitIdle(id));
+        h.connecting(A);
+        h.elapse(CONNECTION_ATTEMPT_DELAY).await;
+        assert!(h.requested(B), "B starts after the delay, A still going");
+        h.connecting(B);
+        h.set(A, TransientFailure);
+        assert_eq!(h.policy.state(), Connecting);
+        h.set(B, TransientFailure);
+        assert_eq!(h.policy.state(), TransientFailure);
+        assert!(matches!(h.pick(), PickResult::Fail(_)));
+        // Sticky: retries as backoffs end, not IDLE.
+        h.set(B, Idle);
+        assert!(h.requested(B));
+        assert_eq!(h.policy.state(), TransientFailure);
+        h.connecting(B);
+        h.set(B, Ready);
+        assert_eq!(h.policy.state(), Ready);
+        assert_eq!(h.selected(), Some(addr(B)));
+    });
+}
+
+#[test]
+fn an_update_while_idle_waits_for_a_call() {
+    run(|mut h| async move {
+        ready_on_a(&mut h).await;
+        h.set(A, Idle);
+        assert!(h.update(vec![endpoint(&[C]), endpoint(&[D])], false));
+        assert_eq!(h.policy.state(), Idle);
+        assert!(!h.requested(C) && !h.requested(D) && !h.requested(A));
+
+        // The call that comes connects the new list from its start.
+        assert!(matches!(h.pick(), PickResult::Queue));
+        let id = h.policy.id;
+        assert_eq!(h.sent(), vec![Event::ExitIdle(id)]);
+        h.feed(Event::ExitIdle(id));
+        assert_eq!(h.policy.state(), Connecting);
+        assert!(h.requested(C));
+        assert!(!h.requested(A));
+    });
+}
+
+#[test]
+fn a_policy_emptied_then_given_addresses_connects_at_once() {
+    run(|mut h| async move {
+        ready_on_a(&mut h).await;
+        h.set(A, Idle);
+        h.update(Vec::new(), false);
+        assert_eq!(h.policy.state(), TransientFailure);
+        assert!(matches!(h.pick(), PickResult::Fail(_)));
+        h.update(vec![endpoint(&[C])], false);
+        assert_eq!(h.policy.state(), Connecting);
+        assert!(h.requested(C));
+    });
+}

@@ -237,7 +237,11 @@ async fn repeated_trailers_count_as_their_report() {
     tokio::time::advance(Duration::from_secs(50)).await;
     assert_eq!(weight(&w), 200.0, "the repeat moved the expiry");
     assert_eq!(
-        w.weight(Instant::now(), Duration::from_secs(60), Duration::from_secs(90)),
+        w.weight(
+            Instant::now(),
+            Duration::from_secs(60),
+            Duration::from_secs(90)
+        ),
         200.0,
         "the run began 100 s ago"
     );

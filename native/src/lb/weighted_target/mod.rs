@@ -106,6 +106,19 @@ impl WeightedTarget {
     }
 }
 
+impl WeightedTarget {
+    /// A child that went IDLE is told to connect again at once, as C-core's
+    /// weighted_target does (its localities' policies are not left waiting
+    /// for a call that its picker would never give them).
+    fn wake(ctx: &mut Ctx<'_>, entry: &mut Entry) {
+        if entry.child.get().state() == ConnectivityState::Idle
+            && entry.child.policy().exit_idle(ctx)
+        {
+            Self::note_child_state(entry);
+        }
+    }
+}
+
 impl LbPolicy for WeightedTarget {
     fn update(&mut self, ctx: &mut Ctx<'_>, config: LbConfig) -> bool {
         let LbConfig::WeightedTarget(config) = config else {
@@ -121,6 +134,7 @@ impl LbPolicy for WeightedTarget {
                     entry.weight = target.weight;
                     entry.child.update(ctx, target.child);
                     Self::note_child_state(entry);
+                    Self::wake(ctx, entry);
                 }
                 None => {
                     let mut entry = Entry {
@@ -129,6 +143,7 @@ impl LbPolicy for WeightedTarget {
                         failing: false,
                     };
                     Self::note_child_state(&mut entry);
+                    Self::wake(ctx, &mut entry);
                     self.targets.insert(name, entry);
                 }
             }
@@ -141,6 +156,7 @@ impl LbPolicy for WeightedTarget {
         for entry in self.targets.values_mut() {
             if entry.child.event(ctx, event) {
                 Self::note_child_state(entry);
+                Self::wake(ctx, entry);
                 changed = true;
             }
         }
@@ -174,5 +190,84 @@ impl LbPolicy for WeightedTarget {
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! weighted_target wakes an IDLE child, as C-core's does; the child is
+    //! a fake policy that goes IDLE when told and counts the wake-ups.
+
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::lb::registry::{CustomPolicy, ParsedConfig, PolicyBuilder};
+    use crate::lb::test_harness::Harness;
+    use crate::lb::{CustomConfig, PolicyStats};
+
+    /// IDLE until woken (then CONNECTING); an update makes it IDLE again.
+    struct Sleeper(Arc<AtomicUsize>, ConnectivityState);
+
+    impl LbPolicy for Sleeper {
+        fn update(&mut self, _: &mut Ctx<'_>, _: LbConfig) -> bool {
+            self.1 = ConnectivityState::Idle;
+            true
+        }
+        fn event(&mut self, _: &mut Ctx<'_>, _: &Event) -> bool {
+            false
+        }
+        fn state(&self) -> ConnectivityState {
+            self.1
+        }
+        fn picker(&self) -> SharedPicker {
+            queue_picker()
+        }
+        fn stats(&self) -> PolicyStats {
+            unimplemented!("not read here")
+        }
+        fn exit_idle(&mut self, _: &mut Ctx<'_>) -> bool {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            self.1 = ConnectivityState::Connecting;
+            true
+        }
+    }
+
+    struct SleeperBuilder(Arc<AtomicUsize>);
+
+    impl PolicyBuilder for SleeperBuilder {
+        fn name(&self) -> &'static str {
+            "test.sleeper"
+        }
+        fn parse_config(&self, _: &serde_json::Value) -> Result<ParsedConfig, String> {
+            Ok(Arc::new(()))
+        }
+        fn build(&self) -> Box<dyn LbPolicy> {
+            Box::new(Sleeper(self.0.clone(), ConnectivityState::Idle))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_child_is_told_to_connect() {
+        let woken = Arc::new(AtomicUsize::new(0));
+        let builder: Arc<dyn PolicyBuilder> = Arc::new(SleeperBuilder(woken.clone()));
+        let config = |n: u32| {
+            let child = LbConfig::Custom(CustomConfig {
+                endpoints: Vec::new(),
+                policy: CustomPolicy::parse(&builder, serde_json::json!({ "n": n })).unwrap(),
+            });
+            LbConfig::WeightedTarget(Config {
+                targets: [("a".to_owned(), Target { weight: 1, child })].into(),
+            })
+        };
+        let mut h = Harness::new(WeightedTarget::new());
+        // A new child that starts IDLE is woken at once.
+        h.with(|p, ctx| p.update(ctx, config(1)));
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        assert_eq!(h.policy.state(), ConnectivityState::Connecting);
+        // So is one that an update leaves IDLE.
+        h.with(|p, ctx| p.update(ctx, config(2)));
+        assert_eq!(woken.load(Ordering::SeqCst), 2);
+        assert_eq!(h.policy.state(), ConnectivityState::Connecting);
     }
 }
