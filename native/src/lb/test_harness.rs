@@ -9,8 +9,22 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Ctx, Event, LbPolicy};
+use super::{Ctx, EndpointAddresses, Event, HealthStatus, LbPolicy};
 use crate::subchannel::{SubchannelOptions, SubchannelPool};
+
+/// `s` as a socket address (tests' literals).
+pub(crate) fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// A healthy endpoint of weight 1 with `addresses` in order.
+pub(crate) fn endpoint(addresses: &[&str]) -> EndpointAddresses {
+    EndpointAddresses {
+        addresses: addresses.iter().map(|a| addr(a)).collect(),
+        weight: 1,
+        health: HealthStatus::Healthy,
+    }
+}
 
 /// An address nothing listens on (bound, then closed): connections to it
 /// are refused at once.

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::lb::ConnectivityState::{Connecting, Idle, Ready, TransientFailure};
-use crate::lb::{CallAttributes, HealthStatus, Pick, PickArgs, PickResult, SubchannelPool};
+use crate::lb::{CallAttributes, Pick, PickArgs, PickResult, SubchannelPool};
 use crate::subchannel::SubchannelOptions;
 
 struct Harness {
@@ -105,17 +105,7 @@ impl Harness {
     }
 }
 
-fn addr(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
-
-fn endpoint(addresses: &[&str]) -> EndpointAddresses {
-    EndpointAddresses {
-        addresses: addresses.iter().map(|a| addr(a)).collect(),
-        weight: 1,
-        health: HealthStatus::Healthy,
-    }
-}
+use crate::lb::test_harness::{addr, endpoint};
 
 const A: &str = "10.0.0.1:80";
 const B: &str = "10.0.0.2:80";

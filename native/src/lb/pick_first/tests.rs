@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::lb::ConnectivityState::{Connecting, Idle, Ready, TransientFailure};
-use crate::lb::{CallAttributes, HealthStatus, PickArgs, PickResult, SubchannelPool};
+use crate::lb::{CallAttributes, PickArgs, PickResult, SubchannelPool};
 use crate::subchannel::SubchannelOptions;
 
 const A: &str = "10.0.0.1:80";
@@ -21,17 +21,7 @@ const D: &str = "10.0.0.4:80";
 const V6A: &str = "[fd00::1]:80";
 const V6B: &str = "[fd00::2]:80";
 
-fn addr(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
-
-fn endpoint(addresses: &[&str]) -> EndpointAddresses {
-    EndpointAddresses {
-        addresses: addresses.iter().map(|a| addr(a)).collect(),
-        weight: 1,
-        health: HealthStatus::Healthy,
-    }
-}
+use crate::lb::test_harness::{addr, endpoint};
 
 struct Harness {
     pool: SubchannelPool,
