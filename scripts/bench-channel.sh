@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The proxyless channel's benchmark (native/benches/channel.rs), in release
+# The proxyless channel's benchmark (native/channel/benches/channel.rs), in release
 # mode, everything in one process on 127.0.0.1:
 #   1. one EDS update of 10,000 endpoints applied to the LB tree: time and
 #      RSS growth (goals <= 50 ms, <= 50 MB);

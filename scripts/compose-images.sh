@@ -64,7 +64,7 @@ copy_libs() {
 rustup target list --installed | grep -qx "$musl" || retry rustup target add "$musl"
 rustup target list --installed | grep -qx wasm32-wasip1 || retry rustup target add wasm32-wasip1
 cargo build --quiet --target "$musl" --profile static \
-  -p tether --bin tether --bin tether-control \
+  -p tether-cli --bin tether -p tether-control --bin tether-control \
   -p tether-testkit --bin tether-demo-backend --features tether-testkit/grpc
 cargo build --quiet -p tether-plugin --target wasm32-wasip1 --profile wasm
 ctx="$work/tether"

@@ -18,7 +18,7 @@ fi
 
 target=x86_64-unknown-linux-musl
 rustup target list --installed | grep -qx "$target" || retry rustup target add "$target"
-cargo build --quiet -p tether --bin tether --target "$target" --profile static
+cargo build --quiet -p tether-cli --bin tether --target "$target" --profile static
 bin="target/$target/static/tether"
 
 context="$(mktemp -d)"

@@ -20,12 +20,18 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # Public items are documented (deny(missing_docs)) and doc links resolve.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
-step "the channel alone: a library user compiles no CLI or control-plane crates"
-cargo check --quiet -p tether --no-default-features --lib
-if cargo tree -p tether --no-default-features -e normal --prefix none | grep -E '^(clap|env_logger|serde_yaml_ng) '; then
-  echo "tether with default-features = false pulls a CLI or control-plane crate (above)" >&2
+step "the crate graph: the channel pulls no CLI or control-plane crate; tether-xds never depends on the channel"
+cargo check --quiet -p tether --lib
+if cargo tree -p tether -e normal --prefix none | grep -E '^(clap|env_logger|serde_yaml_ng) '; then
+  echo "tether pulls a CLI or control-plane crate (above)" >&2
   exit 1
 fi
+for lib in tether-xds tether-control; do
+  if cargo tree -p "$lib" -e normal --prefix none | grep -E '^tether v'; then
+    echo "$lib depends on the channel (tether, above)" >&2
+    exit 1
+  fi
+done
 
 step "tether-core builds without std (no_std cdylib with its own panic handler), with and without regex"
 cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --release

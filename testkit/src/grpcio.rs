@@ -1,5 +1,5 @@
 //! gRPC C-core as a test peer: PyPI `grpcio` running the xDS client of
-//! `native/tests/peers/grpc_xds_client.py` against a bootstrap file, one
+//! `testkit/peers/grpc_xds_client.py` against a bootstrap file, one
 //! process per batch of calls.
 //!
 //! The client calls `tether.demo.v1.Echo/Echo` on an `xds:///` target and
@@ -25,11 +25,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The C-core xDS client script.
 pub fn client_script() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .unwrap_or(manifest)
-        .join("native/tests/peers/grpc_xds_client.py")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/grpc_xds_client.py")
 }
 
 /// The kit's virtual environment under the workspace's target directory

@@ -6,7 +6,7 @@
 //! - `grpc` (feature `grpc`): gRPC backends serving the demo Echo service,
 //!   whose replies say which backend answered;
 //! - [`grpcio`]: gRPC C-core (PyPI `grpcio`) as a peer, through the xDS
-//!   client in `native/tests/peers`.
+//!   client in `testkit/peers`.
 //!
 //! Ports come from [`free_port`]; tests format them into their YAML. Child
 //! processes are made with [`command`], so none outlives the test process.
@@ -168,6 +168,46 @@ fn stale_pid(name: &str) -> Option<u32> {
         return None;
     }
     pid.parse().ok()
+}
+
+/// The path of binary `bin` of workspace package `package`, for tests of
+/// other packages (cargo gives `CARGO_BIN_EXE_*` only to the binary's own
+/// package). `cargo test --workspace` has built it beside the test
+/// executables; when it is missing (one package tested alone), it is built
+/// into a target directory of its own, since the running `cargo test`
+/// holds the lock of the shared one.
+pub fn workspace_bin(package: &str, bin: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    // target/<profile>/deps/<test> -> target/<profile>
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test executable is in <target>/<profile>/deps");
+    let beside = profile_dir.join(bin);
+    if beside.is_file() {
+        return beside;
+    }
+    let own_target = profile_dir.join("workspace-bins");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "-p",
+            package,
+            "--bin",
+            bin,
+            "--target-dir",
+        ])
+        .arg(&own_target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap_or_else(|e| panic!("cargo build -p {package} --bin {bin}: {e}"));
+    assert!(
+        status.success(),
+        "cargo build -p {package} --bin {bin}: {status}"
+    );
+    own_target.join("debug").join(bin)
 }
 
 #[cfg(test)]

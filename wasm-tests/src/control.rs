@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tether::control::server::Nack;
-use tether::control::{ControlPlane, Reload, Reloader};
+use tether_control::server::Nack;
+use tether_control::{ControlPlane, Reload, Reloader};
 use tokio::task::JoinHandle;
 
 /// How often the file is checked for changes.

@@ -6,7 +6,7 @@
 //! [`run`] starts tether-control (in-process), three backends that answer
 //! HTTP/1.1 and gRPC on one port and say who they are, Envoy bootstrapped
 //! with only ADS, a `tether::Channel` on `xds:///shop`, and, when a Python
-//! with grpcio is given, the C-core client of `native/tests/peers`. It then
+//! with grpcio is given, the C-core client of `testkit/peers`. It then
 //! plays three steps, one function each, and returns what happened: rows of
 //! a table and a verdict per step. Everything it started stops when it
 //! returns (or when the future is dropped).

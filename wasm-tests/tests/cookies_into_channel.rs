@@ -33,16 +33,15 @@ async fn three() -> [GrpcBackend; 3] {
 fn channel(addrs: &[SocketAddr], format: Format) -> Channel {
     let spec = CookieSpec::new(COOKIE, "/", Duration::from_secs(120), Vec::new()).unwrap();
     Channel::builder()
-        .session_options(SessionOptions {
-            format,
-            ..Default::default()
-        })
-        .connect_static(StaticConfig {
-            cluster: "echo".into(),
-            endpoints: addrs.iter().map(|a| StaticEndpoint::new(*a)).collect(),
-            policy: EndpointPolicy::RoundRobin,
-            session: Some(spec),
-        })
+        .session_options(SessionOptions::new(format))
+        .connect_static(
+            StaticConfig::new(
+                "echo",
+                addrs.iter().map(|a| StaticEndpoint::new(*a)).collect(),
+            )
+            .with_policy(EndpointPolicy::RoundRobin)
+            .with_session(spec),
+        )
         .unwrap()
 }
 

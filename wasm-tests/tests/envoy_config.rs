@@ -184,7 +184,7 @@ async fn compose_demo_files_agree() {
     }
     // tether-control takes its file, and its backends are the containers.
     let yaml = config_text("compose/tether.yaml");
-    let config = tether::control::Config::parse(&yaml).unwrap_or_else(|e| panic!("{e}"));
+    let config = tether_control::Config::parse(&yaml).unwrap_or_else(|e| panic!("{e}"));
     let net = "10.203.117";
     for service in ["shop", "catalog"] {
         let spec = config.services.iter().find(|s| s.name == service).unwrap();
@@ -225,7 +225,10 @@ async fn compose_demo_files_agree() {
     // The bootstraps point at the tether-control service.
     let bootstrap = tether::xds::Bootstrap::from_json(&config_text("compose/bootstrap.json"))
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(bootstrap.server().server_uri, "tether-control:18000");
+    assert_eq!(
+        bootstrap.server().unwrap().server_uri,
+        "tether-control:18000"
+    );
     let envoy = config_text("compose/envoy.yaml");
     assert!(envoy.contains("address: tether-control, port_value: 18000"));
     if let Err(e) = validate(&envoy).await {

@@ -209,10 +209,7 @@ async fn start() -> Stage {
         Channel::builder()
             .bootstrap(bootstrap)
             .wait_for_ready(true)
-            .session_options(SessionOptions {
-                format,
-                ..Default::default()
-            })
+            .session_options(SessionOptions::new(format))
             .connect(TARGET)
             .expect("tether::Channel")
     };

@@ -1,0 +1,434 @@
+//! `tether::Channel`: a proxyless gRPC channel with gRPC's xDS load
+//! balancing, usable by any generated tonic client:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! // The bootstrap comes from GRPC_XDS_BOOTSTRAP, as for gRPC C-core.
+//! let channel = tether::Channel::from_target("xds:///shop.example").await?;
+//! // EchoClient::new(channel) ... any tonic client takes it unchanged.
+//! # let _ = channel;
+//! # Ok(()) }
+//! ```
+//!
+//! The data path (request → config selector → LB tree → subchannel):
+//! - `resolver` follows the listener's xDS graph into a [`ChannelConfig`]
+//!   (or a [`StaticConfig`] gives one without a control plane);
+//! - `work_serializer` is the channel's one LB task: it runs the tree of
+//!   [`crate::lb`] policies and publishes immutable snapshots;
+//! - [`config_selector`] matches each call to a route and a cluster;
+//! - [`call`] picks a subchannel (queueing while none can be picked) and
+//!   sends the call on its HTTP/2 connection ([`crate::subchannel`]).
+
+pub mod call;
+pub mod config;
+pub mod config_selector;
+mod resolver;
+pub mod target;
+mod work_serializer;
+
+use std::convert::Infallible;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::AbortHandle;
+
+pub use crate::lb::wrr_locality::EndpointPolicy;
+use crate::lb::{ConnectivityState, Event, PolicyStats};
+use crate::subchannel::{SubchannelOptions, SubchannelPool};
+use crate::xds::bootstrap::{Bootstrap, BootstrapError};
+use crate::xds::client::ClientOptions;
+use crate::xds::XdsClient;
+pub use call::PickedPeer;
+pub use config::{ChannelConfig, StaticConfig, StaticConfigError, StaticEndpoint};
+pub use config_selector::SessionOptions;
+pub use target::Target;
+use work_serializer::{Control, Shared, WorkSerializer};
+
+/// Marks a call `wait_for_ready` (or not), overriding the channel's
+/// default: put it in the request's extensions
+/// (`request.extensions_mut().insert(WaitForReady(true))` on a
+/// `tonic::Request`). A `wait_for_ready` call waits through TRANSIENT_FAILURE
+/// and resolver errors instead of failing; drops still fail it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitForReady(pub bool);
+
+/// Why a channel could not be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ChannelError {
+    /// The target is neither `xds:///NAME` nor `static:///ADDR,...`.
+    Target {
+        /// The target as given.
+        target: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The xDS bootstrap could not be read.
+    Bootstrap(BootstrapError),
+    /// A static config was not usable.
+    Static(StaticConfigError),
+    /// The channel was made outside a tokio runtime, which its tasks need.
+    NoRuntime,
+}
+
+impl fmt::Display for ChannelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChannelError::Target { target, problem } => write!(f, "target {target:?}: {problem}"),
+            ChannelError::Bootstrap(e) => write!(f, "{e}"),
+            ChannelError::Static(e) => write!(f, "{e}"),
+            ChannelError::NoRuntime => f.write_str(
+                "a channel must be made inside a tokio runtime (its LB and resolver tasks run there)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ChannelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ChannelError::Bootstrap(e) => Some(e),
+            ChannelError::Static(e) => Some(e),
+            ChannelError::Target { .. } | ChannelError::NoRuntime => None,
+        }
+    }
+}
+
+impl From<BootstrapError> for ChannelError {
+    fn from(e: BootstrapError) -> Self {
+        ChannelError::Bootstrap(e)
+    }
+}
+
+/// A cluster in use: the route table holds one per cluster it names, and
+/// each call holds its cluster's until it ends; when the last goes, the LB
+/// task may drop the cluster from the tree.
+#[derive(Debug)]
+pub struct ClusterRef {
+    /// The cluster's name.
+    pub name: Arc<str>,
+    control: mpsc::WeakUnboundedSender<Control>,
+}
+
+impl Drop for ClusterRef {
+    fn drop(&mut self) {
+        if let Some(tx) = self.control.upgrade() {
+            let _ = tx.send(Control::ClusterUnused(self.name.clone()));
+        }
+    }
+}
+
+/// What a channel is doing, for operators: "why did my call go there".
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ChannelStats {
+    /// The channel's target.
+    pub target: String,
+    /// The root policy's state.
+    pub state: ConnectivityState,
+    /// Where routing stands (the virtual host in use, or why none).
+    pub routing: String,
+    /// The LB tree: clusters, priorities, localities, endpoints with their
+    /// state and call counts.
+    pub tree: PolicyStats,
+}
+
+/// Drain readiness of one address in one cluster (see
+/// [`ChannelStats::sessions`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterSessions {
+    /// The cluster (for an aggregate, the leaf cluster holding the address).
+    pub cluster: String,
+    /// The address, its health and its sessions.
+    #[serde(flatten)]
+    pub sessions: crate::lb::override_host::AddressSessions,
+}
+
+impl ChannelStats {
+    /// Drain readiness: for every address of every cluster with sessions
+    /// on, how many sessions used it within the cluster's `idle_timeout`,
+    /// and its health. A DRAINING address at 0 has no session left.
+    pub fn sessions(&self) -> Vec<ClusterSessions> {
+        fn walk(node: &PolicyStats, cluster: &str, out: &mut Vec<ClusterSessions>) {
+            let cluster = match (node.policy, &node.name) {
+                ("cds", Some(name)) => name.as_str(),
+                _ => cluster,
+            };
+            out.extend(node.sessions.iter().map(|s| ClusterSessions {
+                cluster: cluster.to_owned(),
+                sessions: s.clone(),
+            }));
+            for c in &node.children {
+                walk(c, cluster, out);
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.tree, "", &mut out);
+        out
+    }
+}
+
+pub(crate) struct Inner {
+    target: String,
+    /// gRPC's `io.grpc.channel_id` (hash policies may name it): unique per channel.
+    channel_id: String,
+    authority: http::uri::Authority,
+    wait_for_ready: bool,
+    shared: Arc<Shared>,
+    control: mpsc::UnboundedSender<Control>,
+    tasks: Vec<AbortHandle>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// A gRPC channel with xDS load balancing: a cheap-to-clone tower
+/// `Service` that generated tonic clients take unchanged. Must be made
+/// inside a tokio runtime; its background tasks stop when the last clone is
+/// dropped.
+#[derive(Clone)]
+pub struct Channel {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("target", &self.inner.target)
+            .finish()
+    }
+}
+
+/// Options of a channel, then [`ChannelBuilder::connect`] or
+/// [`ChannelBuilder::connect_static`].
+#[derive(Debug, Clone, Default)]
+pub struct ChannelBuilder {
+    bootstrap: Option<Bootstrap>,
+    xds_client: Option<XdsClient>,
+    client_options: ClientOptions,
+    subchannel: SubchannelOptions,
+    wait_for_ready: bool,
+    authority: Option<String>,
+    session: SessionOptions,
+}
+
+impl ChannelBuilder {
+    /// The xDS bootstrap (default: from `GRPC_XDS_BOOTSTRAP` or
+    /// `GRPC_XDS_BOOTSTRAP_CONFIG`).
+    pub fn bootstrap(mut self, bootstrap: Bootstrap) -> Self {
+        self.bootstrap = Some(bootstrap);
+        self
+    }
+
+    /// An XdsClient to share with other channels (instead of one of its own).
+    pub fn xds_client(mut self, client: XdsClient) -> Self {
+        self.xds_client = Some(client);
+        self
+    }
+
+    /// Options of the channel's own XdsClient (e.g. a shorter
+    /// does-not-exist timer for tests).
+    pub fn xds_client_options(mut self, options: ClientOptions) -> Self {
+        self.client_options = options;
+        self
+    }
+
+    /// Subchannel options: connection backoff and connect timeout.
+    pub fn subchannel_options(mut self, options: SubchannelOptions) -> Self {
+        self.subchannel = options;
+        self
+    }
+
+    /// Whether calls are `wait_for_ready` unless they say otherwise
+    /// ([`WaitForReady`]); default false, as in gRPC.
+    pub fn wait_for_ready(mut self, on: bool) -> Self {
+        self.wait_for_ready = on;
+        self
+    }
+
+    /// Accepts MAGLEV clusters in the channel's own XdsClient (tether beyond
+    /// gRPC C-core, which NACKs them): they run as `ring_hash` over Envoy's
+    /// Maglev table. Off by default, so the channel validates as C-core does.
+    /// A shared XdsClient ([`ChannelBuilder::xds_client`]) keeps its own
+    /// setting.
+    pub fn maglev(mut self, on: bool) -> Self {
+        self.client_options.validation.maglev = on;
+        self
+    }
+
+    /// Custom LB policies (gRFC A52) the channel's own XdsClient accepts
+    /// in clusters' `load_balancing_policy` lists, selected by name through
+    /// a TypedStruct (see [`crate::lb::registry`]). A shared XdsClient
+    /// ([`ChannelBuilder::xds_client`]) keeps its own registry, set in its
+    /// [`ClientOptions`]' validation.
+    pub fn lb_policy_registry(mut self, registry: crate::lb::PolicyRegistry) -> Self {
+        self.client_options.validation.policies = registry.parsers().clone();
+        self
+    }
+
+    /// How session cookies are written (default: C-core's format, unsigned).
+    /// The channel reads every format whatever it writes.
+    pub fn session_options(mut self, options: SessionOptions) -> Self {
+        self.session = options;
+        self
+    }
+
+    /// The `:authority` calls carry (default: the target's name, or the
+    /// static cluster's name).
+    pub fn authority(mut self, authority: impl Into<String>) -> Self {
+        self.authority = Some(authority.into());
+        self
+    }
+
+    /// A channel for `xds:///NAME` (NAME is the listener and picks the
+    /// virtual host; calls made before the resources arrive wait for them),
+    /// or `static:///ADDR[,ADDR...]` (see [`Target`]).
+    pub fn connect(self, target: &str) -> Result<Channel, ChannelError> {
+        // Checked before anything is spawned, which would panic.
+        tokio::runtime::Handle::try_current().map_err(|_| ChannelError::NoRuntime)?;
+        let name = match Target::parse(target)? {
+            Target::Xds { name } => name,
+            Target::Static(config) => return self.connect_static(*config),
+        };
+        let client = match self.xds_client.clone() {
+            Some(c) => c,
+            None => {
+                let bootstrap = match self.bootstrap.clone() {
+                    Some(b) => b,
+                    None => Bootstrap::from_env()?,
+                };
+                XdsClient::start_with(bootstrap, self.client_options.clone())?
+            }
+        };
+        let authority = self.authority.clone().unwrap_or_else(|| name.clone());
+        let mut inner = self.start(target, &authority)?;
+        let task = tokio::spawn(resolver::run(client, name, inner.control.clone()));
+        inner.tasks.push(task.abort_handle());
+        Ok(Channel {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// A channel over fixed endpoints, run by the same LB tree.
+    pub fn connect_static(self, config: StaticConfig) -> Result<Channel, ChannelError> {
+        tokio::runtime::Handle::try_current().map_err(|_| ChannelError::NoRuntime)?;
+        let resolved = config.channel_config().map_err(ChannelError::Static)?;
+        let authority = self
+            .authority
+            .clone()
+            .unwrap_or_else(|| config.cluster.clone());
+        let inner = self.start(&target::static_target(&config), &authority)?;
+        let _ = inner.control.send(Control::Resolved(Ok(resolved)));
+        Ok(Channel {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The LB task and everything a call needs, before the resolver.
+    fn start(&self, target: &str, authority: &str) -> Result<Inner, ChannelError> {
+        let authority: http::uri::Authority =
+            authority.parse().map_err(|e| ChannelError::Target {
+                target: target.to_owned(),
+                problem: format!("authority {authority:?} is not valid: {e}"),
+            })?;
+        let (lb_tx, lb_rx) = mpsc::unbounded_channel();
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let listener_tx = lb_tx.clone();
+        let pool = SubchannelPool::new(
+            self.subchannel.clone(),
+            Arc::new(move |id, address, state| {
+                let _ = listener_tx.send(Event::Subchannel(id, address, state));
+            }),
+        );
+        let shared = Arc::new(Shared::new());
+        let serializer = WorkSerializer::new(
+            target.to_owned(),
+            pool,
+            lb_tx,
+            control_tx.downgrade(),
+            shared.clone(),
+            self.session.clone(),
+        );
+        let task = tokio::spawn(serializer.run(lb_rx, control_rx));
+        Ok(Inner {
+            target: target.to_owned(),
+            channel_id: format!("{:016x}", crate::lb::random::next_u64()),
+            authority,
+            wait_for_ready: self.wait_for_ready,
+            shared,
+            control: control_tx,
+            tasks: vec![task.abort_handle()],
+        })
+    }
+}
+
+impl Channel {
+    /// A builder with gRPC's defaults.
+    pub fn builder() -> ChannelBuilder {
+        ChannelBuilder::default()
+    }
+
+    /// A channel for `xds:///NAME` with the bootstrap from the environment
+    /// (`GRPC_XDS_BOOTSTRAP` or `GRPC_XDS_BOOTSTRAP_CONFIG`), or for
+    /// `static:///ADDR[,ADDR...]`. Async for the call sites' sake: the
+    /// channel starts at once and calls wait for the resources.
+    pub async fn from_target(target: &str) -> Result<Channel, ChannelError> {
+        Channel::builder().connect(target)
+    }
+
+    /// A channel over fixed endpoints (no control plane).
+    pub fn from_static(config: StaticConfig) -> Result<Channel, ChannelError> {
+        Channel::builder().connect_static(config)
+    }
+
+    /// The channel's target.
+    pub fn target(&self) -> &str {
+        &self.inner.target
+    }
+
+    /// The root policy's connectivity state.
+    pub fn state(&self) -> ConnectivityState {
+        self.inner.shared.snapshot.load().state
+    }
+
+    /// Waits until the channel is in `state`.
+    pub async fn wait_for_state(&self, state: ConnectivityState) {
+        let mut generation = self.inner.shared.generation.subscribe();
+        while self.state() != state {
+            if generation.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// A snapshot of the LB tree: clusters, priorities, localities and
+    /// endpoints with their states and call counts.
+    pub async fn stats(&self) -> Option<ChannelStats> {
+        let (tx, rx) = oneshot::channel();
+        self.inner.control.send(Control::Stats(tx)).ok()?;
+        rx.await.ok()
+    }
+}
+
+impl tower_service::Service<http::Request<tonic::body::Body>> for Channel {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let inner = self.inner.clone();
+        Box::pin(async move { Ok(call::call(inner, request).await) })
+    }
+}

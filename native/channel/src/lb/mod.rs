@@ -1,0 +1,633 @@
+//! The load-balancing tree of [`crate::channel::Channel`], as gRPC's xDS
+//! clients build it (gRFC A75's diagrams):
+//!
+//! ```text
+//! xds_cluster_manager ─ a child per cluster of the route table
+//!   └ cds ─ a leaf cluster, or an aggregate flattened into a priority of leaves
+//!     (└ outlier_detection ─ when CDS sets it: ejects failing endpoints, A50)
+//!       └ xds_cluster_impl ─ drops, circuit breaking, the cluster's name
+//!         └ xds_override_host ─ sessions stay on their endpoint (A55, A75)
+//!           └ priority ─ failover between the cluster's priorities (A56)
+//!               ├ xds_wrr_locality ─ the priority's localities
+//!               │   └ weighted_target ─ a child per locality, by weight
+//!               │       └ round_robin | least_request | pick_first |
+//!               │         weighted_round_robin ─ over the endpoints
+//!               └ ring_hash ─ (RING_HASH, opt-in MAGLEV) one table over
+//!                   all the priority's localities, picked by the call's hash
+//! ```
+//!
+//! Every policy is a synchronous state machine that runs on the channel's one
+//! LB task (gRPC's "work serializer"): it reacts to a new config, a
+//! subchannel's connectivity state, a timer or a request to leave IDLE, and
+//! publishes an immutable [`Picker`] that RPCs read without a lock.
+//!
+//! One module per policy, each with its config, its picker and the policy;
+//! `endpoint_list` holds the endpoint bookkeeping `round_robin`,
+//! `least_request` and `weighted_round_robin` share, and `registry` the
+//! custom policies a tether user adds (gRFC A52), which go where the
+//! endpoint policies go.
+//!
+//! The public API for policy authors is [`registry`], [`LbPolicy`],
+//! [`Picker`], [`EndpointList`] and the types they take ([`Ctx`],
+//! [`LbConfig::Custom`], [`Event`], [`PickArgs`], ...). The tree's own
+//! policies are hidden from the docs and are not part of the API: they are
+//! public only for the crate's benchmark and may change in any release.
+
+mod aggregate;
+#[doc(hidden)]
+pub mod cds;
+#[doc(hidden)]
+pub mod cluster_impl;
+#[doc(hidden)]
+pub mod cluster_manager;
+pub mod endpoint_list;
+#[doc(hidden)]
+pub mod least_request;
+#[doc(hidden)]
+pub mod outlier_detection;
+#[doc(hidden)]
+pub mod override_host;
+#[doc(hidden)]
+pub mod pick_first;
+#[doc(hidden)]
+pub mod priority;
+pub(crate) mod random;
+pub mod registry;
+#[doc(hidden)]
+pub mod ring_hash;
+#[doc(hidden)]
+pub mod round_robin;
+#[cfg(test)]
+mod test_harness;
+#[doc(hidden)]
+pub mod weighted_round_robin;
+#[doc(hidden)]
+pub mod weighted_target;
+#[doc(hidden)]
+pub mod wrr_locality;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tonic::Status;
+
+pub use crate::subchannel::ConnectivityState;
+pub use crate::subchannel::{Subchannel, SubchannelId, SubchannelPool};
+pub use crate::xds::resource::endpoint::HealthStatus;
+pub use aggregate::aggregate_state;
+pub use cds::policy_chain;
+pub use endpoint_list::{Endpoint, EndpointList};
+pub use registry::{CustomConfig, CustomPolicy, ParsedConfig, PolicyBuilder, PolicyRegistry};
+
+/// One endpoint as a policy sees it: its addresses (gRFC A61: the first is
+/// the primary), its weight and its EDS health.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointAddresses {
+    /// Addresses in order; never empty.
+    pub addresses: Vec<SocketAddr>,
+    /// Load-balancing weight (at least 1).
+    pub weight: u32,
+    /// EDS health status (only UNKNOWN and HEALTHY reach the leaf policies).
+    pub health: HealthStatus,
+}
+
+impl EndpointAddresses {
+    /// A healthy endpoint of weight 1 at one address.
+    pub fn single(address: SocketAddr) -> Self {
+        EndpointAddresses {
+            addresses: vec![address],
+            weight: 1,
+            health: HealthStatus::Unknown,
+        }
+    }
+}
+
+/// Per-call data a picker reads, set by the channel's config selector and
+/// HTTP filters before the pick.
+#[derive(Debug, Clone, Default)]
+pub struct CallAttributes {
+    /// The cluster the route chose (the key of `xds_cluster_manager`).
+    pub cluster: Arc<str>,
+    /// The request hash of the route's hash policies, for ring hash.
+    pub hash: Option<u64>,
+    /// Set when the stateful session filter is on for the call: the
+    /// session's addresses in the cookie's order (gRFC A55/A61), empty when
+    /// the call has no session yet.
+    pub override_addresses: Option<Arc<[SocketAddr]>>,
+    /// Which session the call belongs to, when the session filter is on:
+    /// the caller's [`crate::session::SessionId`] (a cookie jar's), else a
+    /// digest of the addresses its cookie names. Counted per endpoint for
+    /// drain readiness.
+    pub session_id: Option<u64>,
+}
+
+/// What a picker sees of a call.
+#[derive(Debug)]
+pub struct PickArgs<'a> {
+    /// The method path, `/package.Service/Method`.
+    pub path: &'a str,
+    /// The call's metadata.
+    pub headers: &'a http::HeaderMap,
+    /// Attributes set by the config selector and filters.
+    pub attributes: &'a CallAttributes,
+}
+
+/// Observes a call picked for a subchannel, until it ends (circuit
+/// breaking counts calls in flight, least request counts them per
+/// endpoint; outlier detection will count outcomes).
+pub trait CallTracker: Send + Sync {
+    /// The call ended: `ok` when its status was OK.
+    fn finished(&self, ok: bool);
+
+    /// The call ended with these trailers (the headers of a trailers-only
+    /// response), when it got that far: for trackers that read what the
+    /// server said, such as ORCA's per-call load report (gRFC A51). The
+    /// channel calls this instead of [`CallTracker::finished`]; by default
+    /// it ignores the trailers.
+    fn finished_with_trailers(&self, ok: bool, trailers: Option<&http::HeaderMap>) {
+        let _ = trailers;
+        self.finished(ok);
+    }
+}
+
+/// The trackers of one pick, innermost policy first. Two fit inline, so
+/// a pick through the xDS tree allocates nothing.
+#[derive(Default, Clone)]
+pub struct Trackers {
+    inline: [Option<Arc<dyn CallTracker>>; 2],
+    more: Vec<Arc<dyn CallTracker>>,
+}
+
+impl Trackers {
+    /// No trackers.
+    pub fn new() -> Self {
+        Trackers::default()
+    }
+
+    /// Adds the tracker of a policy above those already in.
+    pub fn push(&mut self, tracker: Arc<dyn CallTracker>) {
+        match self.inline.iter_mut().find(|t| t.is_none()) {
+            Some(slot) => *slot = Some(tracker),
+            None => self.more.push(tracker),
+        }
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.inline.iter().flatten().count() + self.more.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Tells every tracker, innermost first, that the call ended.
+    pub fn finished(&self, ok: bool) {
+        self.finished_with_trailers(ok, None);
+    }
+
+    /// Tells every tracker, innermost first, that the call ended with
+    /// these trailers (none when it ended without any).
+    pub fn finished_with_trailers(&self, ok: bool, trailers: Option<&http::HeaderMap>) {
+        for t in self.inline.iter().flatten().chain(&self.more) {
+            t.finished_with_trailers(ok, trailers);
+        }
+    }
+}
+
+/// A completed pick.
+pub struct Pick {
+    /// Where the call goes.
+    pub subchannel: Subchannel,
+    /// Told when the call ends.
+    pub trackers: Trackers,
+    /// The picked endpoint's addresses, the picked one first (gRFC A61), as
+    /// `xds_override_host` knows them: what a session cookie names. Set for
+    /// calls the session filter applies to.
+    pub endpoint: Option<Arc<[SocketAddr]>>,
+    /// The policy that chose the subchannel (`round_robin`,
+    /// `xds_override_host` for a session's endpoint, a custom policy's
+    /// name, ...), which `tether call` reports.
+    pub policy: &'static str,
+}
+
+impl Pick {
+    /// `policy`'s pick of `subchannel`, with nothing else known yet.
+    pub fn by(policy: &'static str, subchannel: Subchannel) -> Self {
+        Pick {
+            subchannel,
+            trackers: Trackers::new(),
+            endpoint: None,
+            policy,
+        }
+    }
+}
+
+impl fmt::Debug for Pick {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pick")
+            .field("subchannel", &self.subchannel.address())
+            .field("trackers", &self.trackers.len())
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+/// What a picker decided for one call.
+#[derive(Debug)]
+pub enum PickResult {
+    /// Send the call on this subchannel.
+    Complete(Pick),
+    /// Wait for the next picker.
+    Queue,
+    /// Fail the call, unless it is `wait_for_ready`, in which case it waits
+    /// for the next picker (a TRANSIENT_FAILURE picker's answer).
+    Fail(Status),
+    /// Fail the call even if it is `wait_for_ready` (drops, circuit breaking).
+    Drop(Status),
+}
+
+/// An immutable snapshot of a policy's choice, read by RPCs without locks.
+pub trait Picker: Send + Sync + fmt::Debug {
+    /// Picks for one call. Must not block.
+    fn pick(&self, args: &PickArgs<'_>) -> PickResult;
+}
+
+/// A picker shared by the policy that made it and its parent's picker.
+pub type SharedPicker = Arc<dyn Picker>;
+
+/// Queues every call: the picker of a policy that is connecting.
+#[derive(Debug, Default)]
+pub struct QueuePicker;
+
+impl Picker for QueuePicker {
+    fn pick(&self, _: &PickArgs<'_>) -> PickResult {
+        PickResult::Queue
+    }
+}
+
+/// Fails every call with one status: the picker of TRANSIENT_FAILURE.
+#[derive(Debug)]
+pub struct FailPicker(pub Status);
+
+impl Picker for FailPicker {
+    fn pick(&self, _: &PickArgs<'_>) -> PickResult {
+        PickResult::Fail(self.0.clone())
+    }
+}
+
+/// A picker that queues, shared.
+pub fn queue_picker() -> SharedPicker {
+    Arc::new(QueuePicker)
+}
+
+/// A picker that fails calls with UNAVAILABLE and `message`, shared.
+pub fn fail_picker(message: impl Into<String>) -> SharedPicker {
+    Arc::new(FailPicker(Status::unavailable(message)))
+}
+
+/// Identifies one scheduled timer; a policy keeps the token of each timer it
+/// started and ignores tokens it does not know (timers it cancelled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TimerToken(pub u64);
+
+/// A scheduled timer: dropping it cancels it.
+#[derive(Debug)]
+pub struct Timer {
+    token: TimerToken,
+    deadline: Instant,
+    task: tokio::task::AbortHandle,
+}
+
+impl Timer {
+    /// The token its firing carries.
+    pub fn token(&self) -> TimerToken {
+        self.token
+    }
+
+    /// When it fires.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Names one policy for the events addressed to it; never reused within
+/// the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyId(pub u64);
+
+impl PolicyId {
+    /// An id no policy had before.
+    pub fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        PolicyId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Events the LB task handles, one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A subchannel of the channel's pool (id, address) changed state.
+    Subchannel(SubchannelId, SocketAddr, ConnectivityState),
+    /// A timer fired.
+    Timer(TimerToken),
+    /// A session's pick found its endpoint without a subchannel: the
+    /// `xds_override_host` policy that knows the address creates one.
+    SessionConnect(SocketAddr),
+    /// A session used this endpoint for the first time since its policy
+    /// last let go of its subchannel: the policy keeps (owns) it.
+    SessionUsed(SocketAddr),
+    /// A `ring_hash` picker chose an IDLE endpoint: that policy starts
+    /// connecting the endpoint whose first address this is (pickers cannot
+    /// change a policy's endpoints themselves).
+    ConnectEndpoint(PolicyId, SocketAddr),
+    /// An IDLE policy's picker got a call: that policy starts connecting
+    /// (gRPC's `ExitIdle`; `pick_first` after its connection closed).
+    ExitIdle(PolicyId),
+    /// `outlier_detection` ejected (true) or un-ejected the endpoint with
+    /// this address; sent only to its own subtree, where
+    /// `xds_override_host` keeps sessions off ejected endpoints.
+    Ejection(SocketAddr, bool),
+}
+
+/// What a policy can do from the LB task: create subchannels, start timers,
+/// read the clock. Passed down the tree on every call into a policy.
+pub struct Ctx<'a> {
+    pool: &'a SubchannelPool,
+    events: &'a mpsc::UnboundedSender<Event>,
+    next_timer: &'a mut u64,
+    /// Names the channel in log lines (its target).
+    pub target: &'a str,
+}
+
+impl<'a> Ctx<'a> {
+    /// A context over the channel's pool and event queue.
+    pub fn new(
+        pool: &'a SubchannelPool,
+        events: &'a mpsc::UnboundedSender<Event>,
+        next_timer: &'a mut u64,
+        target: &'a str,
+    ) -> Self {
+        Ctx {
+            pool,
+            events,
+            next_timer,
+            target,
+        }
+    }
+
+    /// The subchannel for `address`: the pool's existing one (shared with
+    /// other clusters) or a new one in IDLE.
+    pub fn subchannel(&self, address: SocketAddr) -> Subchannel {
+        self.pool.get(address)
+    }
+
+    /// The pool's live subchannel for `address`, if any (none is created).
+    pub fn existing_subchannel(&self, address: SocketAddr) -> Option<Subchannel> {
+        self.pool.peek(address)
+    }
+
+    /// A sender of events to the LB task, for pickers that must ask it to
+    /// act ("hop into the control plane").
+    pub fn events(&self) -> mpsc::UnboundedSender<Event> {
+        self.events.clone()
+    }
+
+    /// Starts a timer that fires [`Event::Timer`] after `delay`.
+    pub fn timer(&mut self, delay: Duration) -> Timer {
+        *self.next_timer += 1;
+        let token = TimerToken(*self.next_timer);
+        let events = self.events.clone();
+        let deadline = Instant::now() + delay;
+        let task = tokio::spawn(async move {
+            tokio::time::sleep_until(deadline).await;
+            let _ = events.send(Event::Timer(token));
+        });
+        Timer {
+            token,
+            deadline,
+            task: task.abort_handle(),
+        }
+    }
+
+    /// The LB task's clock.
+    pub fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// A policy's view for `tether call --stats` and [`crate::channel::Channel::stats`].
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PolicyStats {
+    /// The policy's name, e.g. `priority`.
+    pub policy: &'static str,
+    /// The child's key in its parent (cluster, priority or locality name), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its connectivity state.
+    pub state: ConnectivityState,
+    /// Policy-specific facts (e.g. the chosen priority).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub facts: Vec<(String, String)>,
+    /// Its subchannels (leaf policies).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<crate::subchannel::SubchannelStats>,
+    /// Drain readiness per address (`xds_override_host`): sessions within
+    /// its `idle_timeout` and health.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sessions: Vec<override_host::AddressSessions>,
+    /// Its children.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub children: Vec<PolicyStats>,
+}
+
+/// A load-balancing policy: one node of the tree. Every method runs on the
+/// LB task; `update` and `event` return whether the policy's state or
+/// picker changed, so the parent knows to rebuild its own.
+pub trait LbPolicy: Send {
+    /// A new config for this policy (its endpoints included). Returns whether
+    /// its state or picker changed.
+    fn update(&mut self, ctx: &mut Ctx<'_>, config: LbConfig) -> bool;
+    /// A subchannel of the pool changed state, or a timer fired (maybe not
+    /// this policy's: parents pass every event to their children).
+    fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool;
+    /// Its connectivity state.
+    fn state(&self) -> ConnectivityState;
+    /// Its current picker.
+    fn picker(&self) -> SharedPicker;
+    /// A snapshot for operators.
+    fn stats(&self) -> PolicyStats;
+    /// Asked by a parent that does not keep children IDLE (as C-core's
+    /// `weighted_target` does not): start connecting if IDLE. Returns
+    /// whether its state or picker changed. Policies that never wait IDLE
+    /// keep this default.
+    fn exit_idle(&mut self, _ctx: &mut Ctx<'_>) -> bool {
+        false
+    }
+}
+
+/// A policy's config. The xDS policies get typed configs made by their
+/// parent (endpoints travel inside them, split at each level); the
+/// endpoint-picking policies are the ones a cluster's `lb_policy` names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LbConfig {
+    /// `xds_cluster_manager`.
+    ClusterManager(cluster_manager::Config),
+    /// `cds`.
+    Cds(cds::Config),
+    /// `xds_cluster_impl`.
+    ClusterImpl(cluster_impl::Config),
+    /// `outlier_detection` (gRFC A50).
+    OutlierDetection(outlier_detection::Config),
+    /// `xds_override_host`.
+    OverrideHost(override_host::Config),
+    /// `priority`.
+    Priority(priority::Config),
+    /// `xds_wrr_locality`.
+    WrrLocality(wrr_locality::Config),
+    /// `weighted_target`.
+    WeightedTarget(weighted_target::Config),
+    /// `round_robin`.
+    RoundRobin(round_robin::Config),
+    /// `least_request` (gRFC A48).
+    LeastRequest(least_request::Config),
+    /// `weighted_round_robin` (gRFC A58).
+    WeightedRoundRobin(weighted_round_robin::Config),
+    /// `pick_first`.
+    PickFirst(pick_first::Config),
+    /// `ring_hash` (a ring, or a Maglev table when opted in).
+    RingHash(ring_hash::Config),
+    /// A policy from the channel's [`PolicyRegistry`] (gRFC A52).
+    Custom(CustomConfig),
+}
+
+impl LbConfig {
+    /// The policy's name as gRPC spells it.
+    pub fn policy_name(&self) -> &'static str {
+        match self {
+            LbConfig::ClusterManager(_) => "xds_cluster_manager",
+            LbConfig::Cds(_) => "cds",
+            LbConfig::ClusterImpl(_) => "xds_cluster_impl",
+            LbConfig::OutlierDetection(_) => "outlier_detection",
+            LbConfig::OverrideHost(_) => "xds_override_host",
+            LbConfig::Priority(_) => "priority",
+            LbConfig::WrrLocality(_) => "xds_wrr_locality",
+            LbConfig::WeightedTarget(_) => "weighted_target",
+            LbConfig::RoundRobin(_) => "round_robin",
+            LbConfig::LeastRequest(_) => "least_request",
+            LbConfig::WeightedRoundRobin(_) => "weighted_round_robin",
+            LbConfig::PickFirst(_) => "pick_first",
+            LbConfig::RingHash(_) => "ring_hash",
+            LbConfig::Custom(c) => c.policy.name(),
+        }
+    }
+
+    /// A new policy for this config (not yet updated with it).
+    pub fn build(&self) -> Box<dyn LbPolicy> {
+        match self {
+            LbConfig::ClusterManager(_) => Box::new(cluster_manager::ClusterManager::new()),
+            LbConfig::Cds(_) => Box::new(cds::Cds::new()),
+            LbConfig::ClusterImpl(_) => Box::new(cluster_impl::ClusterImpl::new()),
+            LbConfig::OutlierDetection(_) => Box::new(outlier_detection::OutlierDetection::new()),
+            LbConfig::OverrideHost(_) => Box::new(override_host::OverrideHost::new()),
+            LbConfig::Priority(_) => Box::new(priority::Priority::new()),
+            LbConfig::WrrLocality(_) => Box::new(wrr_locality::WrrLocality::new()),
+            LbConfig::WeightedTarget(_) => Box::new(weighted_target::WeightedTarget::new()),
+            LbConfig::RoundRobin(_) => Box::new(round_robin::RoundRobin::new()),
+            LbConfig::LeastRequest(_) => Box::new(least_request::LeastRequest::new()),
+            LbConfig::WeightedRoundRobin(_) => {
+                Box::new(weighted_round_robin::WeightedRoundRobin::new())
+            }
+            LbConfig::PickFirst(_) => Box::new(pick_first::PickFirst::new()),
+            LbConfig::RingHash(_) => Box::new(ring_hash::RingHash::new()),
+            LbConfig::Custom(c) => match registry::builder_of(&c.policy) {
+                Some(builder) => builder.build(),
+                None => Box::new(registry::Unbuildable(c.policy.name())),
+            },
+        }
+    }
+}
+
+/// A child policy and the config it was last given: a new config of the
+/// same policy updates it, another policy replaces it.
+pub struct Child {
+    policy: Box<dyn LbPolicy>,
+    name: &'static str,
+}
+
+impl Child {
+    /// Builds the policy for `config` and gives it the config.
+    pub fn new(ctx: &mut Ctx<'_>, config: LbConfig) -> Self {
+        let mut policy = config.build();
+        let name = config.policy_name();
+        policy.update(ctx, config);
+        Child { policy, name }
+    }
+
+    /// Updates the child in `slot` with `config`, building it the first time.
+    pub fn update_in(slot: &mut Option<Child>, ctx: &mut Ctx<'_>, config: LbConfig) {
+        match slot {
+            Some(c) => {
+                c.update(ctx, config);
+            }
+            None => *slot = Some(Child::new(ctx, config)),
+        }
+    }
+
+    /// Updates the child, replacing it when the policy changed. Returns
+    /// whether its state or picker changed.
+    pub fn update(&mut self, ctx: &mut Ctx<'_>, config: LbConfig) -> bool {
+        if config.policy_name() != self.name {
+            *self = Child::new(ctx, config);
+            return true;
+        }
+        self.policy.update(ctx, config)
+    }
+
+    /// The policy.
+    pub fn policy(&mut self) -> &mut dyn LbPolicy {
+        self.policy.as_mut()
+    }
+
+    /// The policy, read-only.
+    pub fn get(&self) -> &dyn LbPolicy {
+        self.policy.as_ref()
+    }
+
+    /// Passes an event to the child; whether its state or picker changed.
+    pub fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
+        self.policy.event(ctx, event)
+    }
+}
+
+/// Passes an event to every child; whether any changed.
+pub fn event_to_all<'c>(
+    ctx: &mut Ctx<'_>,
+    event: &Event,
+    children: impl IntoIterator<Item = &'c mut Child>,
+) -> bool {
+    let mut changed = false;
+    for c in children {
+        changed |= c.event(ctx, event);
+    }
+    changed
+}
+
+impl fmt::Debug for Child {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Child({})", self.name)
+    }
+}

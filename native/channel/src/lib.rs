@@ -1,0 +1,27 @@
+//! `tether::Channel`: a proxyless gRPC channel for tonic, with session
+//! affinity (gRFC A55/A60/A75) and gRPC's xDS load-balancing tree.
+//!
+//! Modules along the data path of a call: [`session`] (the cookie jar a
+//! client wraps the channel in), [`channel`] (the tonic-compatible Service,
+//! the xDS resolver, the config selector that routes a call), [`lb`] (the
+//! load-balancing tree, one module per policy), [`subchannel`] (HTTP/2
+//! connections with their connectivity state and backoff). Beside them,
+//! [`orca`] carries backends' load reports (gRFC A51).
+//!
+//! Resources arrive validated by [`xds`] (the `tether-xds` crate,
+//! re-exported): the policies take its plain config values. This crate
+//! has no command line and no control plane: `tether-cli` and
+//! `tether-control` are crates of their own.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod channel;
+pub mod lb;
+pub mod orca;
+pub mod session;
+pub mod subchannel;
+
+/// The xDS client and its validated resources (the `tether-xds` crate).
+pub use tether_xds as xds;
+
+pub use channel::Channel;

@@ -1,0 +1,497 @@
+//! `tether call` as a user runs it: the real `tether` binary against real
+//! tonic Echo backends on 127.0.0.1, over a static target and over xDS from
+//! a real `tether-control` (and from the test ADS fixture for a resource
+//! tether-control would never serve: an invalid one, NACKed).
+
+#[path = "../../control/tests/control_support/mod.rs"]
+mod control_support;
+#[path = "../../xds/tests/xds_support/mod.rs"]
+mod xds_support;
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use tether_testkit::grpc::GrpcBackend;
+use tokio::process::Command;
+
+use control_support::{Control, TempDir};
+use xds_support::{Fixture, Mode, LDS};
+
+const ECHO: &str = "/tether.demo.v1.Echo/Echo";
+/// Every run of the binary is bounded by this.
+const LIMIT: Duration = Duration::from_secs(30);
+/// `EchoRequest { message: "hi" }` serialized: field 1, length 2.
+const HI: &str = "\n\u{2}hi";
+
+struct Run {
+    status: ExitStatus,
+    lines: Vec<Value>,
+    stderr: String,
+}
+
+impl Run {
+    /// The call lines (without a `--stats` line).
+    fn calls(&self) -> Vec<&Value> {
+        self.lines
+            .iter()
+            .filter(|l| l.get("call").is_some())
+            .collect()
+    }
+}
+
+/// Runs `tether call ARGS` without a bootstrap in the environment.
+async fn call(args: &[&str]) -> Run {
+    call_os(args.iter().map(OsString::from).collect()).await
+}
+
+/// As [`call`], with arguments that need not be UTF-8.
+async fn call_os(args: Vec<OsString>) -> Run {
+    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .arg("call")
+        .args(args)
+        .env_remove("GRPC_XDS_BOOTSTRAP")
+        .env_remove("GRPC_XDS_BOOTSTRAP_CONFIG")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn tether");
+    let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .expect("tether call did not exit in time")
+        .expect("run tether call");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let lines = stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}\nstderr: {stderr}"))
+        })
+        .collect();
+    Run {
+        status: out.status,
+        lines,
+        stderr,
+    }
+}
+
+fn static_target(backends: &[&GrpcBackend]) -> String {
+    let addrs: Vec<String> = backends.iter().map(|b| b.addr().to_string()).collect();
+    format!("static:///{}", addrs.join(","))
+}
+
+fn refused_addr() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    drop(l);
+    a
+}
+
+/// Each OK call was answered by the backend it names as its peer, which
+/// echoed the message.
+fn assert_answered_by_peer(run: &Run, names: &HashMap<String, &str>) {
+    for c in run.calls() {
+        assert_eq!(c["code"], "OK", "{c}\n{}", run.stderr);
+        let peer = c["peer"].as_str().unwrap_or_default();
+        let name = names
+            .get(peer)
+            .unwrap_or_else(|| panic!("peer {peer} is not a backend: {c}"));
+        let response = c["response"].as_str().unwrap();
+        assert!(response.contains(name) && response.contains("hi"), "{c}");
+    }
+}
+
+#[tokio::test]
+async fn a_static_target_round_robins_over_both_backends() {
+    let a = GrpcBackend::start("echo-a").await;
+    let b = GrpcBackend::start("echo-b").await;
+    let names = HashMap::from([
+        (a.addr().to_string(), a.name()),
+        (b.addr().to_string(), b.name()),
+    ]);
+    let target = static_target(&[&a, &b]);
+    let run = call(&[
+        &target,
+        ECHO,
+        "--count",
+        "4",
+        "--data",
+        HI,
+        "--timeout",
+        "10",
+    ])
+    .await;
+    assert!(run.status.success(), "{:?}\n{}", run.lines, run.stderr);
+    let calls = run.calls();
+    assert_eq!(calls.len(), 4, "{calls:?}");
+    for (i, c) in calls.iter().enumerate() {
+        let keys: Vec<&str> = c.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "call",
+                "code",
+                "peer",
+                "cluster",
+                "policy",
+                "response",
+                "cookie",
+                "set_cookie"
+            ]
+        );
+        assert_eq!(c["call"], i + 1);
+        assert_eq!(c["cluster"], "static");
+        assert_eq!(c["policy"], "round_robin");
+        assert_eq!(c["cookie"], Value::Null);
+        assert_eq!(c["set_cookie"], serde_json::json!([]));
+    }
+    assert_answered_by_peer(&run, &names);
+    // The first calls may all go to the backend that connected first; from
+    // the first call to the other one on, round robin alternates.
+    let peers: Vec<&str> = calls.iter().map(|c| c["peer"].as_str().unwrap()).collect();
+    let switch = peers
+        .iter()
+        .position(|p| *p != peers[0])
+        .unwrap_or_else(|| panic!("one backend took every call: {peers:?}"));
+    for pair in peers[switch - 1..].windows(2) {
+        assert_ne!(pair[0], pair[1], "not round robin: {peers:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_xds_target_through_tether_control_names_its_cluster() {
+    let a = GrpcBackend::start("echo-1").await;
+    let b = GrpcBackend::start("echo-2").await;
+    let names = HashMap::from([
+        (a.addr().to_string(), a.name()),
+        (b.addr().to_string(), b.name()),
+    ]);
+    let yaml = format!(
+        r#"virtualhosts:
+  - name: echo.tether.test
+    routes:
+      - services:
+          - name: echo
+services:
+  - name: echo
+    protocol: h2c
+    endpoints:
+      - address: {}
+      - address: {}
+"#,
+        a.addr(),
+        b.addr()
+    );
+    let control = Control::start(&yaml).await;
+    let dir = TempDir::new("cli-call");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("tether-call"));
+    let run = call(&[
+        "--bootstrap",
+        bootstrap.to_str().unwrap(),
+        "xds:///echo.tether.test",
+        ECHO,
+        "--data",
+        HI,
+        "--count",
+        "4",
+        "--timeout",
+        "10",
+        "--stats",
+    ])
+    .await;
+    assert!(run.status.success(), "{:?}\n{}", run.lines, run.stderr);
+    let calls = run.calls();
+    assert_eq!(calls.len(), 4, "{:?}", run.lines);
+    for c in &calls {
+        // RoundRobin, the default strategy: the cluster is the service's name.
+        assert_eq!(c["cluster"], "echo", "{c}");
+        assert_eq!(c["policy"], "round_robin", "{c}");
+    }
+    assert_answered_by_peer(&run, &names);
+    let peers: HashSet<&str> = calls.iter().map(|c| c["peer"].as_str().unwrap()).collect();
+    assert_eq!(peers.len(), 2, "{calls:?}");
+    // --stats: one last line with the LB tree under the cluster manager.
+    let last = run.lines.last().unwrap();
+    let stats = &last["stats"];
+    assert_eq!(stats["target"], "xds:///echo.tether.test", "{last}");
+    assert_eq!(stats["state"], "READY", "{last}");
+    assert_eq!(stats["tree"]["policy"], "xds_cluster_manager", "{last}");
+    assert!(last.to_string().contains(&a.addr().to_string()), "{last}");
+    assert!(control.nacks_none(), "{}", control.stderr());
+}
+
+#[tokio::test]
+async fn a_refused_address_is_unavailable_and_exits_1() {
+    let target = format!("static:///{}", refused_addr());
+    let run = call(&[&target, ECHO, "--cookie", "abc", "--timeout", "10"]).await;
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "{:?}\n{}",
+        run.lines,
+        run.stderr
+    );
+    let calls = run.calls();
+    assert_eq!(calls.len(), 1, "{:?}", run.lines);
+    let c = calls[0];
+    let keys: Vec<&str> = c.as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        [
+            "call",
+            "code",
+            "peer",
+            "cluster",
+            "policy",
+            "message",
+            "cookie",
+            "set_cookie"
+        ]
+    );
+    assert_eq!(c["code"], "UNAVAILABLE", "{c}");
+    assert_eq!(c["policy"], Value::Null, "{c}");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .contains("Connection refused"),
+        "{c}"
+    );
+    assert_eq!(c["peer"], Value::Null, "no pick: {c}");
+    assert_eq!(c["cookie"], "abc", "{c}");
+}
+
+#[tokio::test]
+async fn a_call_the_backend_fails_still_names_its_peer_and_sends_the_cookie() {
+    let a = GrpcBackend::start("echo-a").await;
+    let target = static_target(&[&a]);
+    let run = call(&[
+        &target,
+        "tether.demo.v1.Echo/NoSuchMethod",
+        "--cookie",
+        "session=abc",
+        "--metadata",
+        "x-user: alice",
+        "--timeout",
+        "10",
+    ])
+    .await;
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "{:?}\n{}",
+        run.lines,
+        run.stderr
+    );
+    let c = run.calls()[0];
+    assert_eq!(c["code"], "UNIMPLEMENTED", "{c}");
+    assert_eq!(c["peer"], a.addr().to_string(), "{c}");
+    assert_eq!(c["cluster"], "static", "{c}");
+    assert_eq!(c["cookie"], "session=abc", "{c}");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn data_is_sent_as_raw_bytes_even_when_not_utf8() {
+    use std::os::unix::ffi::OsStringExt;
+    let a = GrpcBackend::start("echo-a").await;
+    // EchoRequest { message: 200 × "x" }: the length 200 is the varint
+    // c8 01, which is not UTF-8.
+    let mut data = vec![0x0a, 0xc8, 0x01];
+    data.extend([b'x'; 200]);
+    let mut args: Vec<OsString> = [static_target(&[&a]).as_str(), ECHO, "--timeout", "10"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    args.extend([OsString::from("--data"), OsString::from_vec(data)]);
+    let run = call_os(args).await;
+    assert!(run.status.success(), "{:?}\n{}", run.lines, run.stderr);
+    let c = run.calls()[0];
+    let response = c["response"].as_str().unwrap();
+    assert!(response.contains(&"x".repeat(200)), "{c}");
+    assert!(response.contains("echo-a"), "{c}");
+}
+
+#[tokio::test]
+async fn usage_errors_exit_2_naming_the_value() {
+    for (args, needle) in [
+        (vec!["dns:///x", ECHO], "dns:///x"),
+        (vec!["static:///localhost:1", ECHO], "localhost:1"),
+        (vec!["static:///127.0.0.1:1", "Echo"], "Echo"),
+        (
+            vec!["static:///127.0.0.1:1", ECHO, "--metadata", "X-User:a"],
+            "--metadata",
+        ),
+    ] {
+        let run = call(&args).await;
+        assert_eq!(run.status.code(), Some(2), "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(needle), "{args:?}: {}", run.stderr);
+        assert!(run.lines.is_empty(), "{args:?}: {:?}", run.lines);
+    }
+}
+
+#[tokio::test]
+async fn an_xds_target_without_a_bootstrap_exits_1_naming_it() {
+    let run = call(&["xds:///echo.tether.test", ECHO]).await;
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("GRPC_XDS_BOOTSTRAP"), "{}", run.stderr);
+    let dir = TempDir::new("cli-call-missing");
+    let missing = dir.0.join("missing.json");
+    let run = call(&[
+        "--bootstrap",
+        missing.to_str().unwrap(),
+        "xds:///echo.tether.test",
+        ECHO,
+    ])
+    .await;
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--bootstrap") && run.stderr.contains("missing.json"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test]
+async fn verbose_logs_the_channel_on_stderr() {
+    let a = GrpcBackend::start("echo-a").await;
+    let target = static_target(&[&a]);
+    let quiet = call(&[&target, ECHO, "--timeout", "10"]).await;
+    assert!(quiet.status.success(), "{}", quiet.stderr);
+    assert_eq!(quiet.stderr, "", "only warnings without -v");
+    let run = call(&[&target, ECHO, "--timeout", "10", "-v"]).await;
+    assert!(run.status.success(), "{}", run.stderr);
+    let ready = format!("subchannel {}: CONNECTING -> READY", a.addr());
+    assert!(run.stderr.contains(&ready), "{}", run.stderr);
+    assert!(run.stderr.contains(" INFO "), "{}", run.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verbose_logs_what_the_xds_client_nacks() {
+    let f = Fixture::start(Mode::Serve).await;
+    // A listener without an API listener: invalid for a gRPC client.
+    let invalid = envoy_types::pb::envoy::config::listener::v3::Listener {
+        name: "nack.example".into(),
+        ..Default::default()
+    };
+    f.set_resources(LDS, vec![tether::xds::resource::pack(&invalid)]);
+    let version = f.version();
+    let dir = TempDir::new("cli-call-nack");
+    let bootstrap = dir.bootstrap(&format!(
+        r#"{{"xds_servers":[{{"server_uri":"{}","channel_creds":[{{"type":"insecure"}}]}}],"node":{{"id":"nack-node"}}}}"#,
+        f.addr
+    ));
+    let run = call(&[
+        "--bootstrap",
+        bootstrap.to_str().unwrap(),
+        "xds:///nack.example",
+        ECHO,
+        "--timeout",
+        "10",
+        "-v",
+    ])
+    .await;
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "{:?}\n{}",
+        run.lines,
+        run.stderr
+    );
+    let c = run.calls()[0];
+    assert_eq!(c["code"], "UNAVAILABLE", "{c}");
+    assert!(c["message"].as_str().unwrap().contains("rejected"), "{c}");
+    let nack = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("NACK"))
+        .unwrap_or_else(|| panic!("no NACK line: {}", run.stderr));
+    assert!(
+        nack.contains(" WARN ")
+            && nack.contains(&format!("version \"{version}\""))
+            && nack.contains("Listener \"nack.example\""),
+        "{nack}"
+    );
+    assert!(run.stderr.contains("ADS stream open"), "{}", run.stderr);
+}
+
+#[tokio::test]
+async fn jar_keeps_the_session_cookie_across_the_calls_of_a_run() {
+    let backends = [
+        GrpcBackend::start("echo-1").await,
+        GrpcBackend::start("echo-2").await,
+        GrpcBackend::start("echo-3").await,
+    ];
+    let yaml = format!(
+        r#"virtualhosts:
+  - name: echo.tether.test
+    routes:
+      - services:
+          - name: echo
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
+services:
+  - name: echo
+    protocol: h2c
+    endpoints:
+      - address: {}
+      - address: {}
+      - address: {}
+"#,
+        backends[0].addr(),
+        backends[1].addr(),
+        backends[2].addr()
+    );
+    let control = Control::start(&yaml).await;
+    let dir = TempDir::new("cli-call-jar");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("tether-call-jar"));
+    let run = call(&[
+        "--bootstrap",
+        bootstrap.to_str().unwrap(),
+        "xds:///echo.tether.test",
+        ECHO,
+        "--count",
+        "8",
+        "--timeout",
+        "10",
+        "--jar",
+    ])
+    .await;
+    assert!(run.status.success(), "{:?}\n{}", run.lines, run.stderr);
+    let calls = run.calls();
+    // The first call has no cookie and gets one; the jar sends it on every
+    // later call, which all reach the same peer and get no new cookie.
+    assert!(calls[0]["cookie"].is_null(), "{}", calls[0]);
+    let set = calls[0]["set_cookie"][0].as_str().unwrap();
+    let pair = set.split(';').next().unwrap();
+    for c in &calls[1..] {
+        assert_eq!(c["cookie"], pair, "{c}");
+        assert_eq!(c["peer"], calls[0]["peer"], "{c}");
+        assert_eq!(c["set_cookie"].as_array().unwrap().len(), 0, "{c}");
+    }
+    // Without --jar each call is a new session.
+    let run = call(&[
+        "--bootstrap",
+        bootstrap.to_str().unwrap(),
+        "xds:///echo.tether.test",
+        ECHO,
+        "--count",
+        "3",
+        "--timeout",
+        "10",
+    ])
+    .await;
+    for c in run.calls() {
+        assert!(c["cookie"].is_null(), "{c}");
+        assert_eq!(c["set_cookie"].as_array().unwrap().len(), 1, "{c}");
+    }
+}

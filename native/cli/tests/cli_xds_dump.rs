@@ -1,0 +1,839 @@
+//! `tether xds dump` as a user runs it: the real `tether` binary against a
+//! real `tether-control` on 127.0.0.1 (the configured graph, aggregate
+//! services resolved to their leaves, `--watch` following an endpoint change
+//! and the server going away, a server that is down), and against the test
+//! ADS fixture for what tether-control refuses to serve on purpose (an
+//! aggregate cycle and a chain deeper than 16, a missing cluster, an invalid
+//! cluster that is NACKed).
+
+#[path = "../../control/tests/control_support/mod.rs"]
+mod control_support;
+#[path = "../../xds/tests/xds_support/mod.rs"]
+mod xds_support;
+
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::cluster::v3 as cpb;
+use envoy_types::pb::envoy::config::core::v3 as core;
+use envoy_types::pb::envoy::config::endpoint::v3 as epb;
+use envoy_types::pb::envoy::config::route::v3 as rpb;
+use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig as AggregateConfig;
+use envoy_types::pb::google::protobuf::{UInt32Value, UInt64Value};
+use serde_json::Value;
+use tether::xds::resource::pack;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc;
+
+use control_support::{Control, TempDir};
+use xds_support::{make, Fixture, Mode, CDS, LDS};
+
+const YAML: &str = include_str!("fixtures/xds_dump.yaml");
+const AGGREGATE_YAML: &str = include_str!("fixtures/xds_dump_aggregate.yaml");
+const RDS: &str = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+const EDS: &str = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+/// Every wait on the binary is bounded by this.
+const LIMIT: Duration = Duration::from_secs(20);
+
+fn tether() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tether"));
+    c.env_remove("GRPC_XDS_BOOTSTRAP")
+        .env_remove("GRPC_XDS_BOOTSTRAP_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    c
+}
+
+fn fixture_bootstrap(f: &Fixture, node: &str) -> String {
+    format!(
+        r#"{{"xds_servers":[{{"server_uri":"{}","channel_creds":[{{"type":"insecure"}}]}}],"node":{{"id":"{node}"}}}}"#,
+        f.addr
+    )
+}
+
+/// Runs a one-shot dump; returns the exit status, the parsed document and
+/// stderr.
+async fn dump(bootstrap: &Path, listener: &str, extra: &[&str]) -> (ExitStatus, Value, String) {
+    let child = tether()
+        .args(["xds", "dump", "--bootstrap"])
+        .arg(bootstrap)
+        .args(["--listener", listener])
+        .args(extra)
+        .spawn()
+        .expect("spawn tether");
+    finish(child).await
+}
+
+async fn finish(child: Child) -> (ExitStatus, Value, String) {
+    let out = tokio::time::timeout(LIMIT, child.wait_with_output())
+        .await
+        .expect("tether xds dump did not exit in time")
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let doc = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not one JSON document ({e}): {stdout}\n{stderr}"));
+    (out.status, doc, stderr)
+}
+
+/// The entry named `name` in the list `list` (`clusters`, `endpoints`, `route_clusters`).
+fn find<'a>(doc: &'a Value, list: &str, name: &str) -> &'a Value {
+    let key = if list == "route_clusters" {
+        "cluster"
+    } else {
+        "name"
+    };
+    doc[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {list} in {doc}"))
+        .iter()
+        .find(|e| e[key] == name)
+        .unwrap_or_else(|| panic!("no {list} entry {name:?} in {doc:#}"))
+}
+
+/// A `tether xds dump --watch` whose lines arrive on a channel.
+struct Watch {
+    child: Child,
+    lines: mpsc::UnboundedReceiver<Value>,
+    seen: usize,
+}
+
+impl Watch {
+    fn start(bootstrap: &Path, listener: &str, extra: &[&str]) -> Watch {
+        let mut child = tether()
+            .args(["xds", "dump", "--watch", "--bootstrap"])
+            .arg(bootstrap)
+            .args(["--listener", listener])
+            .args(extra)
+            .spawn()
+            .expect("spawn tether");
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = out.next_line().await {
+                let v: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("a --watch line is not JSON ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    return;
+                }
+            }
+        });
+        Watch {
+            child,
+            lines: rx,
+            seen: 0,
+        }
+    }
+
+    /// The first line from now on for which `pred` holds.
+    async fn until(&mut self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let found = tokio::time::timeout(LIMIT, async {
+            while let Some(v) = self.lines.recv().await {
+                self.seen += 1;
+                if pred(&v) {
+                    return Some(v);
+                }
+            }
+            None
+        })
+        .await;
+        match found {
+            Ok(Some(v)) => v,
+            Ok(None) => panic!("tether exited before {what} ({} lines)", self.seen),
+            Err(_) => panic!("no line with {what} in {LIMIT:?} ({} lines)", self.seen),
+        }
+    }
+
+    /// Sends SIGINT and returns the exit status.
+    async fn interrupt(mut self) -> ExitStatus {
+        let pid = self.child.id().expect("tether is running").to_string();
+        let sent = std::process::Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("run kill");
+        assert!(sent.success());
+        tokio::time::timeout(LIMIT, self.child.wait())
+            .await
+            .expect("tether did not exit on SIGINT")
+            .unwrap()
+    }
+}
+
+fn statuses(doc: &Value) -> Vec<(String, String)> {
+    let mut out = vec![(
+        doc["listener"]["name"].as_str().unwrap_or("").to_owned(),
+        doc["listener"]["status"].as_str().unwrap_or("").to_owned(),
+    )];
+    if !doc["route_configuration"].is_null() {
+        out.push((
+            doc["route_configuration"]["name"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+            doc["route_configuration"]["status"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        ));
+    }
+    for list in ["clusters", "endpoints"] {
+        for e in doc[list].as_array().unwrap() {
+            out.push((
+                e["name"].as_str().unwrap().to_owned(),
+                e["status"].as_str().unwrap().to_owned(),
+            ));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dump_shows_what_tether_control_configured() {
+    let control = Control::start(YAML).await;
+    let dir = TempDir::new("dump");
+    let boot = dir.bootstrap(&control.bootstrap_json("dump-node"));
+    let started = Instant::now();
+    let (status, doc, stderr) = dump(&boot, "shop.example", &["--timeout", "15"]).await;
+    let took = started.elapsed();
+    assert!(status.success(), "{status}: {stderr}\n{doc:#}");
+    assert_eq!(doc["complete"], true);
+    assert_eq!(doc["errors"], serde_json::json!([]));
+    assert_eq!(doc["node_id"], "dump-node");
+    assert_eq!(doc["xds_server"], control.addr.to_string());
+    // Every resource ACKed, in tether-control's first version.
+    let all = statuses(&doc);
+    assert_eq!(all.len(), 1 + 1 + 3 + 3, "{all:?}");
+    for (name, s) in &all {
+        assert_eq!(s, "acked", "{name}");
+    }
+    for e in doc["clusters"].as_array().unwrap() {
+        assert_eq!(e["version"], "1", "{e}");
+    }
+
+    // The listener: RDS, the stateful session filter with no cookie at
+    // this level, then the router.
+    let hcm = &doc["listener"]["resource"]["http_connection_manager"];
+    assert_eq!(hcm["rds"], "tether-routes");
+    let filters = hcm["http_filters"].as_array().unwrap();
+    assert_eq!(filters.len(), 2);
+    assert_eq!(filters[0]["name"], "envoy.filters.http.stateful_session");
+    assert_eq!(filters[0]["type"], "stateful_session");
+    assert_eq!(filters[0]["session"]["cookie"], Value::Null);
+    assert_eq!(filters[1]["type"], "router");
+
+    // The routes: hash policy, weighted clusters, the per-route override.
+    assert_eq!(doc["route_configuration"]["name"], "tether-routes");
+    assert_eq!(doc["virtual_host"], "shop.example");
+    let vh = &doc["route_configuration"]["resource"]["virtual_hosts"][0];
+    assert_eq!(vh["domains"], serde_json::json!(["shop.example"]));
+    let api = &vh["routes"][0];
+    assert_eq!(api["match"]["prefix"], "/api");
+    assert_eq!(api["match"]["headers"][0]["name"], "x-canary");
+    assert_eq!(api["route"]["cluster"], "api/ring-hash");
+    assert_eq!(
+        api["route"]["hash_policies"],
+        serde_json::json!([{ "header": { "name": "x-user", "regex_rewrite": null }, "terminal": true }])
+    );
+    assert_eq!(api["filter_overrides"], serde_json::json!({}));
+    let weighted = &vh["routes"][1];
+    assert_eq!(weighted["match"]["prefix"], "/");
+    let wc = weighted["route"]["weighted_clusters"].as_array().unwrap();
+    assert_eq!(
+        wc.iter()
+            .map(|c| (c["name"].as_str().unwrap(), c["weight"].as_u64().unwrap()))
+            .collect::<Vec<_>>(),
+        [("web/session", 90), ("web-canary/session", 10)]
+    );
+    let over = &weighted["filter_overrides"]["envoy.filters.http.stateful_session"];
+    assert_eq!(
+        over["session"]["cookie"],
+        serde_json::json!({
+            "name": "session", "path": "/", "ttl": "3600s",
+            "attributes": [{ "name": "SameSite", "value": "Lax" }],
+        }),
+        "{over}"
+    );
+    assert_eq!(over["session"]["strict"], false);
+
+    // Clusters: each route cluster is its own leaf.
+    for (name, eds) in [
+        ("api/ring-hash", "api"),
+        ("web/session", "web"),
+        ("web-canary/session", "web-canary"),
+    ] {
+        let rc = find(&doc, "route_clusters", name);
+        assert_eq!(rc["leaves"], serde_json::json!([name]));
+        assert_eq!(rc["error"], Value::Null);
+        let c = &find(&doc, "clusters", name)["resource"];
+        assert_eq!(c["type"], "EDS");
+        assert_eq!(c["eds_service_name"], eds);
+    }
+    let ring = &find(&doc, "clusters", "api/ring-hash")["resource"];
+    assert_eq!(
+        ring["lb_policy"],
+        serde_json::json!({ "ring_hash": { "minimum_ring_size": 1024, "maximum_ring_size": 8388608 } })
+    );
+    assert_eq!(
+        ring["override_host_status"],
+        serde_json::json!(["UNKNOWN", "HEALTHY"])
+    );
+    assert_eq!(ring["idle_timeout"], "3600s");
+    assert_eq!(
+        ring["policy_chain"],
+        "cds > xds_cluster_impl > xds_override_host > priority > ring_hash"
+    );
+    let session = &find(&doc, "clusters", "web/session")["resource"];
+    assert_eq!(
+        session["lb_policy"],
+        serde_json::json!({ "round_robin": {} })
+    );
+    assert_eq!(
+        session["policy_chain"],
+        "cds > xds_cluster_impl > xds_override_host > priority > xds_wrr_locality > weighted_target > round_robin"
+    );
+    assert_eq!(
+        session["override_host_status"],
+        serde_json::json!(["UNKNOWN", "HEALTHY", "DRAINING"])
+    );
+    assert_eq!(session["idle_timeout"], "600s");
+
+    // Endpoints: two priorities, locality weight, the DRAINING endpoint
+    // with its two addresses and weight.
+    let web = &find(&doc, "endpoints", "web")["resource"];
+    let prios = web["priorities"].as_array().unwrap();
+    assert_eq!(prios.len(), 2, "{web:#}");
+    let p0 = &prios[0]["localities"][0];
+    assert_eq!(
+        p0["locality"],
+        serde_json::json!({ "region": "us", "zone": "a", "sub_zone": "" })
+    );
+    assert_eq!(p0["weight"], 3);
+    assert_eq!(
+        p0["endpoints"],
+        serde_json::json!([
+            { "addresses": ["10.0.0.1:8080"], "health": "HEALTHY", "weight": 1, "hostname": "" },
+            { "addresses": ["10.0.0.2:8080", "[2001:db8::2]:8080"], "health": "DRAINING",
+              "weight": 2, "hostname": "" },
+        ])
+    );
+    let p1 = &prios[1];
+    assert_eq!(p1["priority"], 1);
+    assert_eq!(p1["localities"][0]["locality"]["zone"], "b");
+    assert_eq!(
+        p1["localities"][0]["endpoints"][0]["addresses"],
+        serde_json::json!(["10.0.1.1:8080"])
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(control.nacks_none(), "{}", control.stderr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_follows_an_endpoint_change_and_the_server_going_away() {
+    let mut control = Control::start(YAML).await;
+    let dir = TempDir::new("dump-watch");
+    let boot = dir.bootstrap(&control.bootstrap_json("watch-node"));
+    let mut w = Watch::start(&boot, "shop.example", &[]);
+    let canary = |doc: &Value| -> Option<String> {
+        let e = doc["endpoints"]
+            .as_array()?
+            .iter()
+            .find(|e| e["name"] == "web-canary")?;
+        e["resource"]["priorities"][0]["localities"][0]["endpoints"][0]["addresses"][0]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let first = w
+        .until("the complete graph", |d| d["complete"] == true)
+        .await;
+    assert_eq!(canary(&first).as_deref(), Some("10.0.2.1:8080"));
+    let v1 = find(&first, "endpoints", "web-canary")["version"].clone();
+
+    control.write(&YAML.replace("10.0.2.1:8080", "10.0.2.7:8080"));
+    let changed = w
+        .until("the new web-canary address", |d| {
+            canary(d).as_deref() == Some("10.0.2.7:8080")
+        })
+        .await;
+    let e = find(&changed, "endpoints", "web-canary");
+    assert_eq!(e["status"], "acked");
+    assert_ne!(e["version"], v1, "the change comes in a new version");
+    assert_eq!(changed["complete"], true);
+    assert_eq!(changed["errors"], serde_json::json!([]));
+
+    // The server stops: the resources stay, with the A57 connectivity error
+    // naming the server and the node beside them.
+    control.kill().await;
+    let down = w
+        .until("a connectivity error", |d| {
+            d["listener"]["error"].as_str().is_some()
+        })
+        .await;
+    let err = down["listener"]["error"].as_str().unwrap();
+    assert!(
+        err.starts_with(&format!(
+            "xDS channel for server {}: xDS call failed with no responses received; status: UNAVAILABLE:",
+            control.addr
+        )),
+        "{err}"
+    );
+    assert!(err.ends_with("(node ID:watch-node)"), "{err}");
+    assert_eq!(down["listener"]["status"], "acked");
+    assert_eq!(canary(&down).as_deref(), Some("10.0.2.7:8080"));
+    assert_eq!(down["errors"], serde_json::json!([err]));
+
+    let status = w.interrupt().await;
+    assert_eq!(status.code(), Some(0), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_down_is_a_connectivity_error_and_the_timeout_exits_3() {
+    let addr = Fixture::unused_addr().await;
+    let dir = TempDir::new("dump-down");
+    let boot = dir.bootstrap(&format!(
+            r#"{{"xds_servers":[{{"server_uri":"{addr}","channel_creds":[{{"type":"insecure"}}]}}],"node":{{"id":"down-node"}}}}"#
+        ),
+    );
+    // The bootstrap from GRPC_XDS_BOOTSTRAP, as gRPC reads it.
+    let started = Instant::now();
+    let child = tether()
+        .env("GRPC_XDS_BOOTSTRAP", &boot)
+        .args([
+            "xds",
+            "dump",
+            "--listener",
+            "shop.example",
+            "--timeout",
+            "1",
+        ])
+        .spawn()
+        .unwrap();
+    let (status, doc, stderr) = finish(child).await;
+    let took = started.elapsed();
+    assert_eq!(status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("not complete after 1s"), "{stderr}");
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(10));
+    assert_eq!(doc["complete"], false);
+    let l = &doc["listener"];
+    assert_eq!(l["status"], "requested");
+    assert_eq!(l["resource"], Value::Null);
+    let err = l["error"].as_str().expect("a connectivity error");
+    assert!(
+        err.starts_with(&format!(
+            "xDS channel for server {addr}: xDS call failed with no responses received; status: UNAVAILABLE:"
+        )),
+        "{err}"
+    );
+    assert!(err.ends_with("(node ID:down-node)"), "{err}");
+    assert_eq!(doc["errors"], serde_json::json!([err]));
+    assert_eq!(doc["clusters"], serde_json::json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_bootstrap_is_an_error_naming_the_field() {
+    let dir = TempDir::new("dump-bad");
+    let boot = dir.bootstrap(r#"{"xds_servers":[],"node":{"id":"n"}}"#);
+    let out = tether()
+        .args(["xds", "dump", "--listener", "x", "--bootstrap"])
+        .arg(&boot)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "tether: bootstrap xds_servers: [] is empty"
+    );
+    // Neither the flag nor the variables: says which variable to set.
+    let out = tether()
+        .args(["xds", "dump", "--listener", "x"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("GRPC_XDS_BOOTSTRAP"), "{err}");
+    let out = tether()
+        .args(["xds", "dump", "--listener", "x", "--timeout", "soon"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--timeout") && err.contains("\"soon\""),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregate_services_from_tether_control_resolve_to_their_leaves() {
+    let control = Control::start(AGGREGATE_YAML).await;
+    let dir = TempDir::new("dump-agg-control");
+    let boot = dir.bootstrap(&control.bootstrap_json("agg-control-node"));
+    let (status, doc, stderr) = dump(&boot, "agg.example", &["--timeout", "15"]).await;
+    assert!(status.success(), "{status}: {stderr}\n{doc:#}");
+    assert_eq!(doc["complete"], true);
+    assert_eq!(doc["errors"], serde_json::json!([]));
+    for (name, s) in statuses(&doc) {
+        assert_eq!(s, "acked", "{name}");
+    }
+
+    // Two levels: shop → (web → primary, fallback), spare; each route's
+    // cluster resolved to its leaves in priority order.
+    let leaves = |cluster: &str| find(&doc, "route_clusters", cluster)["leaves"].clone();
+    assert_eq!(
+        leaves("shop/session"),
+        serde_json::json!(["primary/session", "fallback/session", "spare/session"])
+    );
+    assert_eq!(leaves("web"), serde_json::json!(["primary", "fallback"]));
+    // The longest chain tether-control accepts is one the client follows.
+    assert_eq!(leaves("chain-0"), serde_json::json!(["chain-15"]));
+    for rc in doc["route_clusters"].as_array().unwrap() {
+        assert_eq!(rc["error"], Value::Null, "{rc}");
+    }
+
+    // The aggregate clusters as served, one level each.
+    for (name, children) in [
+        ("shop/session", ["web/session", "spare/session"]),
+        ("web/session", ["primary/session", "fallback/session"]),
+        ("web", ["primary", "fallback"]),
+    ] {
+        let c = &find(&doc, "clusters", name)["resource"];
+        assert_eq!(c["type"], "AGGREGATE", "{name}: {c}");
+        assert_eq!(c["children"], serde_json::json!(children), "{name}");
+    }
+    // The leaves carry the route's session settings and read their own
+    // endpoints: two priorities, a DRAINING endpoint.
+    for leaf in ["primary", "fallback", "spare"] {
+        let c = &find(&doc, "clusters", &format!("{leaf}/session"))["resource"];
+        assert_eq!(c["type"], "EDS");
+        assert_eq!(c["eds_service_name"], leaf);
+        assert_eq!(
+            c["override_host_status"],
+            serde_json::json!(["UNKNOWN", "HEALTHY", "DRAINING"]),
+            "{leaf}"
+        );
+    }
+    let primary = &find(&doc, "endpoints", "primary")["resource"];
+    assert_eq!(
+        primary["priorities"].as_array().unwrap().len(),
+        2,
+        "{primary}"
+    );
+    assert_eq!(
+        find(&doc, "endpoints", "fallback")["resource"]["priorities"][0]["localities"][0]
+            ["endpoints"][0]["health"],
+        "DRAINING"
+    );
+    // No endpoints are asked for an aggregate.
+    let eds: Vec<&str> = doc["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !eds.iter()
+            .any(|n| ["shop", "web"].contains(n) || n.starts_with("chain-") && *n != "chain-15"),
+        "{eds:?}"
+    );
+    assert!(control.nacks_none(), "{}", control.stderr());
+}
+
+// ---- The ADS fixture: what tether-control refuses to serve on purpose ----
+// (aggregate cycles, chains deeper than gRPC follows, missing clusters,
+// invalid resources), so the dump's answers to them are tested here.
+
+const AGG: &str = "agg.example";
+/// chain-0 → chain-1 → … → chain-15 (an EDS cluster): 16 levels, the most
+/// gRPC follows.
+const CHAIN: usize = 16;
+
+fn aggregate(name: &str, children: &[&str]) -> cpb::Cluster {
+    cpb::Cluster {
+        name: name.to_owned(),
+        cluster_discovery_type: Some(cpb::cluster::ClusterDiscoveryType::ClusterType(
+            cpb::cluster::CustomClusterType {
+                name: "envoy.clusters.aggregate".into(),
+                typed_config: Some(pack(&AggregateConfig {
+                    clusters: children.iter().map(|c| (*c).to_owned()).collect(),
+                })),
+            },
+        )),
+        ..Default::default()
+    }
+}
+
+fn invalid_ring_hash(name: &str) -> cpb::Cluster {
+    let mut c = make::cluster(name);
+    c.lb_policy = cpb::cluster::LbPolicy::RingHash as i32;
+    c.lb_config = Some(cpb::cluster::LbConfig::RingHashLbConfig(
+        cpb::cluster::RingHashLbConfig {
+            minimum_ring_size: Some(UInt64Value { value: 0 }),
+            ..Default::default()
+        },
+    ));
+    c
+}
+
+fn endpoints(name: &str, addr: &str) -> epb::ClusterLoadAssignment {
+    let (ip, port) = addr.rsplit_once(':').unwrap();
+    epb::ClusterLoadAssignment {
+        cluster_name: name.to_owned(),
+        endpoints: vec![epb::LocalityLbEndpoints {
+            load_balancing_weight: Some(UInt32Value { value: 1 }),
+            lb_endpoints: vec![epb::LbEndpoint {
+                host_identifier: Some(epb::lb_endpoint::HostIdentifier::Endpoint(epb::Endpoint {
+                    address: Some(core::Address {
+                        address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                            address: ip.to_owned(),
+                            port_specifier: Some(core::socket_address::PortSpecifier::PortValue(
+                                port.parse().unwrap(),
+                            )),
+                            ..Default::default()
+                        })),
+                    }),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn route(prefix: &str, cluster: &str) -> rpb::Route {
+    rpb::Route {
+        r#match: Some(rpb::RouteMatch {
+            path_specifier: Some(rpb::route_match::PathSpecifier::Prefix(prefix.to_owned())),
+            ..Default::default()
+        }),
+        action: Some(rpb::route::Action::Route(rpb::RouteAction {
+            cluster_specifier: Some(rpb::route_action::ClusterSpecifier::Cluster(
+                cluster.to_owned(),
+            )),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+fn clusters(primary: cpb::Cluster) -> Vec<envoy_types::pb::google::protobuf::Any> {
+    let mut out = vec![
+        pack(&aggregate("agg", &["primary", "fallback"])),
+        pack(&primary),
+        pack(&make::cluster("fallback")),
+        pack(&aggregate("loop-a", &["loop-b"])),
+        pack(&aggregate("loop-b", &["loop-a"])),
+        pack(&aggregate("deep", &["chain-0"])),
+        pack(&aggregate("empty", &["missing"])),
+        pack(&invalid_ring_hash("bad")),
+    ];
+    for i in 0..CHAIN {
+        let name = format!("chain-{i}");
+        out.push(if i + 1 == CHAIN {
+            pack(&make::cluster(&name))
+        } else {
+            pack(&aggregate(&name, &[&format!("chain-{}", i + 1)]))
+        });
+    }
+    out
+}
+
+/// Serves listener `agg.example` whose routes name `agg` (primary then
+/// fallback), `missing` (never served), `loop-a` (a cycle), `chain-0` (16
+/// levels), `deep` (17 levels), `bad` (NACKed) and `empty` (an aggregate
+/// whose only child is missing). Listener `stray.example` reads the same
+/// routes, which have no virtual host for it.
+async fn aggregate_fixture() -> Fixture {
+    let f = Fixture::start(Mode::Serve).await;
+    f.set_resources(
+        LDS,
+        vec![
+            make::listener(AGG, "agg-routes"),
+            make::listener("stray.example", "agg-routes"),
+        ],
+    );
+    let rc = rpb::RouteConfiguration {
+        name: "agg-routes".into(),
+        virtual_hosts: vec![rpb::VirtualHost {
+            name: "agg-vh".into(),
+            domains: vec![AGG.into()],
+            routes: vec![
+                route("/agg", "agg"),
+                route("/missing", "missing"),
+                route("/loop", "loop-a"),
+                route("/chain", "chain-0"),
+                route("/deep", "deep"),
+                route("/bad", "bad"),
+                route("/empty", "empty"),
+            ],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    f.set_resources(RDS, vec![pack(&rc)]);
+    f.set_resources(CDS, clusters(make::cluster("primary")));
+    f.set_resources(
+        EDS,
+        vec![
+            pack(&endpoints("primary", "10.1.0.1:80")),
+            pack(&endpoints("fallback", "10.1.0.2:80")),
+            pack(&endpoints(&format!("chain-{}", CHAIN - 1), "10.1.0.3:80")),
+        ],
+    );
+    f
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregate_cycle_and_depth_errors_missing_and_nacked_clusters() {
+    let f = aggregate_fixture().await;
+    let version = f.version().to_string();
+    let dir = TempDir::new("dump-agg");
+    let boot = dir.bootstrap(&fixture_bootstrap(&f, "agg-node"));
+    let started = Instant::now();
+    let (status, doc, stderr) = dump(
+        &boot,
+        AGG,
+        &["--does-not-exist-timeout", "1", "--timeout", "15"],
+    )
+    .await;
+    let took = started.elapsed();
+    // Complete: every resource has its answer, errors included.
+    assert!(status.success(), "{status}: {stderr}\n{doc:#}");
+    assert_eq!(doc["complete"], true);
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+
+    // (An aggregate resolving to its leaves is tested against
+    // tether-control above; `agg` is here for the NACK test below.)
+
+    // A cycle.
+    let cycle = "aggregate cluster graph of \"loop-a\" has a cycle: loop-a -> loop-b -> loop-a";
+    assert_eq!(find(&doc, "route_clusters", "loop-a")["error"], cycle);
+    assert_eq!(find(&doc, "clusters", "loop-b")["status"], "acked");
+
+    // 16 levels resolve (as from tether-control above); 17 do not, and the
+    // 17th level is not even fetched through that path.
+    let last = format!("chain-{}", CHAIN - 1);
+    assert_eq!(
+        find(&doc, "route_clusters", "chain-0")["leaves"],
+        serde_json::json!([last])
+    );
+    let depth = format!("aggregate cluster graph of \"deep\" exceeds max depth 16 (at \"{last}\")");
+    let d = find(&doc, "route_clusters", "deep");
+    assert_eq!(d["error"], depth.as_str());
+    assert_eq!(d["leaves"], Value::Null);
+
+    // A cluster the server never sends: does-not-exist after the timer.
+    let dne = "Cluster resource \"missing\" does not exist (node ID:agg-node)";
+    let missing = find(&doc, "clusters", "missing");
+    assert_eq!(missing["status"], "does_not_exist");
+    assert_eq!(missing["error"], dne);
+    assert_eq!(missing["resource"], Value::Null);
+    assert_eq!(find(&doc, "route_clusters", "missing")["error"], dne);
+    // An aggregate left without any leaf.
+    let empty = "aggregate cluster dependency graph for \"empty\" has no leaf clusters";
+    assert_eq!(find(&doc, "route_clusters", "empty")["error"], empty);
+
+    // An invalid cluster: NACKed with the field named, no good version.
+    let bad = find(&doc, "clusters", "bad");
+    assert_eq!(bad["status"], "nacked");
+    assert_eq!(bad["version"], Value::Null);
+    assert_eq!(bad["rejected_version"], version.as_str());
+    assert_eq!(
+        bad["field_errors"],
+        serde_json::json!([{
+            "field": "ring_hash_lb_config.minimum_ring_size",
+            "value": "0",
+            "problem": "must be in the range of 1 to 8388608",
+        }])
+    );
+    let nack = format!(
+        "version \"{version}\" rejected: Cluster \"bad\": ring_hash_lb_config.minimum_ring_size: 0 must be in the range of 1 to 8388608"
+    );
+    assert_eq!(bad["error"], nack.as_str());
+    assert_eq!(find(&doc, "route_clusters", "bad")["error"], nack.as_str());
+
+    let mut errors: Vec<&str> = doc["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    errors.sort_unstable();
+    let mut expected = vec![cycle, depth.as_str(), dne, nack.as_str(), empty];
+    expected.sort_unstable();
+    assert_eq!(errors, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nack_keeps_the_last_good_version_and_resource() {
+    let f = aggregate_fixture().await;
+    let good = f.version().to_string();
+    let dir = TempDir::new("dump-nack");
+    let boot = dir.bootstrap(&fixture_bootstrap(&f, "nack-node"));
+    let mut w = Watch::start(&boot, AGG, &["--does-not-exist-timeout", "1"]);
+    let first = w
+        .until("the complete graph", |d| d["complete"] == true)
+        .await;
+    let primary = find(&first, "clusters", "primary");
+    assert_eq!(primary["status"], "acked");
+    assert_eq!(primary["version"], good.as_str());
+
+    f.set_resources(CDS, clusters(invalid_ring_hash("primary")));
+    let rejected = f.version().to_string();
+    f.push(CDS);
+    let nacked = w
+        .until("primary NACKed", |d| {
+            d["clusters"].as_array().is_some_and(|l| {
+                l.iter()
+                    .any(|c| c["name"] == "primary" && c["status"] == "nacked")
+            })
+        })
+        .await;
+    let p = find(&nacked, "clusters", "primary");
+    assert_eq!(p["version"], good.as_str(), "the last good version: {p}");
+    assert_eq!(p["rejected_version"], rejected.as_str());
+    assert_eq!(
+        p["field_errors"][0]["field"],
+        "ring_hash_lb_config.minimum_ring_size"
+    );
+    // Still the good resource, still a leaf of the aggregate.
+    assert_eq!(
+        p["resource"]["lb_policy"],
+        serde_json::json!({ "round_robin": {} })
+    );
+    assert_eq!(
+        find(&nacked, "route_clusters", "agg")["leaves"],
+        serde_json::json!(["primary", "fallback"])
+    );
+
+    let status = w.interrupt().await;
+    assert_eq!(status.code(), Some(0), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_without_a_virtual_host_is_an_error() {
+    let f = aggregate_fixture().await;
+    let dir = TempDir::new("dump-stray");
+    let boot = dir.bootstrap(&fixture_bootstrap(&f, "stray-node"));
+    let (status, doc, stderr) = dump(&boot, "stray.example", &["--timeout", "15"]).await;
+    assert!(status.success(), "{status}: {stderr}\n{doc:#}");
+    assert_eq!(doc["complete"], true);
+    assert_eq!(doc["route_configuration"]["status"], "acked");
+    assert_eq!(doc["virtual_host"], Value::Null);
+    assert_eq!(
+        doc["errors"],
+        serde_json::json!([
+            "could not find VirtualHost for \"stray.example\" in RouteConfiguration \"agg-routes\""
+        ])
+    );
+    // Nothing below the routes is fetched.
+    assert_eq!(doc["route_clusters"], serde_json::json!([]));
+    assert_eq!(doc["clusters"], serde_json::json!([]));
+}

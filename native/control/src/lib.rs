@@ -1,0 +1,25 @@
+//! tether's control plane: an ADS management server that serves snapshots
+//! translated from a YAML file a person writes.
+//!
+//! - [`model`]: the YAML schema (services, endpoints, virtual hosts, routes,
+//!   affinity strategies in Contour's vocabulary) and its validation.
+//! - [`mod@translate`]: model → Listener, RouteConfiguration, Cluster and
+//!   ClusterLoadAssignment, for Envoy and for proxyless gRPC.
+//! - [`server`]: the ADS state-of-the-world server with versioned snapshots.
+//! - [`watch`]: reloading the file on change or SIGHUP, keeping the last
+//!   good snapshot when a new file is bad.
+//!
+//! The rules it shares with the clients (policy settings, names, limits)
+//! are tether-xds's; it never depends on the channel (`tether`).
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod model;
+pub mod server;
+pub mod translate;
+pub mod watch;
+
+pub use model::{Config, ModelError, Overrides};
+pub use server::{ControlPlane, Snapshot};
+pub use translate::{translate, Flavor, Translated};
+pub use watch::{LoadError, Reload, Reloader};

@@ -1,0 +1,108 @@
+//! `tether-control`: serves a YAML file's services and routes over ADS to
+//! Envoy and proxyless gRPC clients, and follows changes to the file.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use tether_control::{Overrides, Reload, Reloader};
+
+/// tether's xDS control plane.
+#[derive(Debug, Parser)]
+#[command(name = "tether-control", version, about, long_about = None)]
+struct Args {
+    /// The configuration file (YAML; see the tether-control README).
+    #[arg(long, short = 'c', value_name = "FILE")]
+    config: PathBuf,
+    /// Address to serve ADS on (port 0 picks a free port; the address is
+    /// printed on stdout as `listening on <addr>`).
+    #[arg(long, default_value = "127.0.0.1:18000")]
+    listen: SocketAddr,
+    /// The tether plugin's `.wasm` file as Envoy sees it (an absolute path),
+    /// for `envoy.sessionFilter: plugin`; overrides `envoy.plugin.filename`.
+    #[arg(long, value_name = "FILE")]
+    plugin: Option<PathBuf>,
+    /// How often to check the file for changes, in milliseconds.
+    #[arg(long, default_value_t = 250)]
+    poll_ms: u64,
+    /// Log streams, pushes and reloads to stderr too (by default only NACKs,
+    /// rejected files and other warnings). RUST_LOG, when set, overrides.
+    #[arg(long, short = 'v')]
+    verbose: bool,
+}
+
+fn main() {
+    let args = Args::parse();
+    // Plain stderr lines with millisecond timestamps; RUST_LOG overrides.
+    let level = if args.verbose {
+        log::LevelFilter::Info
+    } else {
+        log::LevelFilter::Warn
+    };
+    let _ = env_logger::Builder::new()
+        .filter_level(level)
+        .parse_env(env_logger::Env::default())
+        .format_timestamp_millis()
+        .try_init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tether-control: cannot start the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    std::process::exit(runtime.block_on(run(args)));
+}
+
+async fn run(args: Args) -> i32 {
+    let overrides = Overrides {
+        plugin_filename: args.plugin.as_ref().map(|p| p.display().to_string()),
+    };
+    let (plane, reloader) = match Reloader::start_with(&args.config, overrides) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tether-control: {e}");
+            return 1;
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(args.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("tether-control: cannot listen on {}: {e}", args.listen);
+            return 1;
+        }
+    };
+    let addr = listener.local_addr().unwrap_or(args.listen);
+    // Watch (and take SIGHUP) before announcing the address: whoever waits
+    // for that line may signal at once.
+    tokio::spawn(
+        reloader.run(Duration::from_millis(args.poll_ms.max(10)), |r| match r {
+            Reload::Published(v) => log::info!("reloaded, serving version {v}"),
+            Reload::Rejected(e) => {
+                log::warn!("rejected: {e}; still serving the last good version")
+            }
+            Reload::Unchanged => {}
+        }),
+    );
+    println!("listening on {addr}");
+    log::info!(
+        "serving {} version {} on {addr}",
+        args.config.display(),
+        plane.snapshot().version
+    );
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    match plane.serve(listener, shutdown).await {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("tether-control: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Runs the real `tether-control` binary on 127.0.0.1 with a configuration
+//! file the test rewrites; the process is killed when the handle drops.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The `tether-control` binary: this package's own when the tests are
+/// tether-control's, else the workspace's (the channel's and the CLI's
+/// tests include this file too).
+fn control_binary() -> PathBuf {
+    match option_env!("CARGO_BIN_EXE_tether-control") {
+        Some(path) => PathBuf::from(path),
+        None => tether_testkit::workspace_bin("tether-control", "tether-control"),
+    }
+}
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let p = std::env::temp_dir().join(format!("tether-{tag}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl TempDir {
+    /// Writes `bootstrap.json` (an xDS bootstrap) here; returns its path.
+    pub fn bootstrap(&self, json: &str) -> PathBuf {
+        let path = self.0.join("bootstrap.json");
+        std::fs::write(&path, json).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `tether-control`.
+pub struct Control {
+    child: Child,
+    pub addr: SocketAddr,
+    pub config: PathBuf,
+    stderr: Arc<Mutex<String>>,
+    _dir: TempDir,
+}
+
+impl Control {
+    /// Writes `yaml` and starts the binary on a free port, polling the file
+    /// every 50 ms.
+    pub async fn start(yaml: &str) -> Control {
+        Control::start_polling(yaml, 50).await
+    }
+
+    /// As [`Control::start`], polling the file every `poll_ms`.
+    pub async fn start_polling(yaml: &str, poll_ms: u64) -> Control {
+        let dir = TempDir::new("control");
+        let config = dir.0.join("tether.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        let mut child = Command::new(control_binary())
+            .arg("--config")
+            .arg(&config)
+            .args(["--listen", "127.0.0.1:0", "--poll-ms"])
+            .arg(poll_ms.to_string())
+            .arg("-v")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn tether-control");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let err_pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(err_pipe).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&l);
+                s.push('\n');
+            }
+        });
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(20), out.next_line())
+            .await
+            .expect("tether-control did not start in 20 s")
+            .unwrap()
+            .unwrap_or_default();
+        let addr = line
+            .strip_prefix("listening on ")
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| {
+                panic!("unexpected first line {line:?}: {}", stderr.lock().unwrap())
+            });
+        Control {
+            child,
+            addr,
+            config,
+            stderr,
+            _dir: dir,
+        }
+    }
+
+    /// Replaces the configuration file (atomically, as editors do).
+    pub fn write(&self, yaml: &str) {
+        let tmp = self.config.with_extension("tmp");
+        std::fs::write(&tmp, yaml).unwrap();
+        std::fs::rename(&tmp, &self.config).unwrap();
+    }
+
+    /// What the process wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Waits until stderr contains `needle`.
+    pub async fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while tokio::time::Instant::now() < deadline {
+            if self.stderr().contains(needle) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// Whether no client NACKed anything (the server logs NACKs).
+    pub fn nacks_none(&self) -> bool {
+        !self.stderr().contains("NACK")
+    }
+
+    /// Sends SIGHUP (through `kill(1)`, to keep the tests free of libc).
+    pub async fn hangup(&self) {
+        let pid = self.child.id().expect("tether-control is running");
+        let status = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .await
+            .expect("run kill");
+        assert!(status.success(), "kill -HUP {pid}: {status}");
+    }
+
+    /// Kills the process.
+    pub async fn kill(&mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    /// A gRPC-style bootstrap JSON for this server.
+    pub fn bootstrap_json(&self, node: &str) -> String {
+        format!(
+            r#"{{"xds_servers":[{{"server_uri":"{}","channel_creds":[{{"type":"insecure"}}],"server_features":["xds_v3"]}}],"node":{{"id":"{node}","cluster":"tether-test"}}}}"#,
+            self.addr
+        )
+    }
+}

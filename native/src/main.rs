@@ -1,5 +1,0 @@
-//! The `tether` command.
-
-fn main() {
-    std::process::exit(tether::cli::run(std::env::args_os()));
-}

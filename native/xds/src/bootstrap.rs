@@ -1,0 +1,350 @@
+//! The xDS bootstrap, in the JSON form gRPC clients read, so one file serves
+//! tether and gRPC alike:
+//!
+//! ```json
+//! {
+//!   "xds_servers": [
+//!     { "server_uri": "127.0.0.1:18000", "channel_creds": [{ "type": "insecure" }],
+//!       "server_features": ["xds_v3"] }
+//!   ],
+//!   "node": { "id": "client-1", "cluster": "demo",
+//!             "locality": { "region": "r", "zone": "z", "sub_zone": "s" },
+//!             "metadata": { "team": "a" } }
+//! }
+//! ```
+//!
+//! [`Bootstrap::from_env`] reads `GRPC_XDS_BOOTSTRAP` (a file) or
+//! `GRPC_XDS_BOOTSTRAP_CONFIG` (the JSON itself), as gRPC does. Only the
+//! first server is used; only `insecure` channel credentials are supported.
+
+use std::fmt;
+
+use envoy_types::pb::envoy::config::core::v3 as core;
+use envoy_types::pb::google::protobuf as pbany;
+use serde_json::{Map, Value};
+
+/// A bootstrap error naming the field and the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BootstrapError {
+    /// Path of the field, e.g. `xds_servers[0].server_uri`.
+    pub field: String,
+    /// The offending value (empty when absent).
+    pub value: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl BootstrapError {
+    fn new(field: &str, value: &str, problem: &str) -> Self {
+        BootstrapError {
+            field: field.to_owned(),
+            value: value.to_owned(),
+            problem: problem.to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for BootstrapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.value.is_empty() {
+            write!(f, "bootstrap {}: {}", self.field, self.problem)
+        } else {
+            write!(
+                f,
+                "bootstrap {}: {} {}",
+                self.field, self.value, self.problem
+            )
+        }
+    }
+}
+
+impl std::error::Error for BootstrapError {}
+
+/// One management server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XdsServer {
+    /// The URI as written (`host:port`, `dns:///host:port` or `http://host:port`).
+    pub server_uri: String,
+    /// `server_features` as written (e.g. `xds_v3`, `ignore_resource_deletion`).
+    pub server_features: Vec<String>,
+}
+
+impl XdsServer {
+    /// The `http://host:port` form a tonic endpoint takes.
+    pub fn endpoint_uri(&self) -> String {
+        let uri = self.server_uri.as_str();
+        let rest = uri.strip_prefix("dns:///").unwrap_or(uri);
+        if rest.starts_with("http://") || rest.starts_with("https://") {
+            rest.to_owned()
+        } else {
+            format!("http://{rest}")
+        }
+    }
+
+    /// Whether the server asked clients to keep LDS/CDS resources that a
+    /// later state-of-the-world response leaves out.
+    pub fn ignore_resource_deletion(&self) -> bool {
+        self.server_features
+            .iter()
+            .any(|f| f == "ignore_resource_deletion")
+    }
+}
+
+/// A parsed bootstrap.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bootstrap {
+    /// The management servers, in order; the client uses the first.
+    pub servers: Vec<XdsServer>,
+    /// The node this client presents.
+    pub node: core::Node,
+}
+
+/// Environment variable naming a bootstrap file.
+pub const ENV_FILE: &str = "GRPC_XDS_BOOTSTRAP";
+/// Environment variable holding the bootstrap JSON.
+pub const ENV_CONFIG: &str = "GRPC_XDS_BOOTSTRAP_CONFIG";
+
+impl Bootstrap {
+    /// Reads the bootstrap from `GRPC_XDS_BOOTSTRAP` (a path) or else
+    /// `GRPC_XDS_BOOTSTRAP_CONFIG` (the JSON).
+    pub fn from_env() -> Result<Self, BootstrapError> {
+        if let Some(path) = std::env::var_os(ENV_FILE) {
+            return Bootstrap::from_file(std::path::Path::new(&path));
+        }
+        match std::env::var(ENV_CONFIG) {
+            Ok(json) => Bootstrap::from_json(&json),
+            Err(_) => Err(BootstrapError::new(
+                ENV_FILE,
+                "",
+                &format!("is not set (nor {ENV_CONFIG})"),
+            )),
+        }
+    }
+
+    /// Reads a bootstrap file.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, BootstrapError> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            BootstrapError::new(ENV_FILE, &path.display().to_string(), &e.to_string())
+        })?;
+        Bootstrap::from_json(&text)
+    }
+
+    /// Parses the bootstrap JSON.
+    pub fn from_json(text: &str) -> Result<Self, BootstrapError> {
+        let root: Value = serde_json::from_str(text)
+            .map_err(|e| BootstrapError::new("(document)", "", &format!("is not JSON: {e}")))?;
+        let root = object(&root, "(document)")?;
+        let servers = match root.get("xds_servers") {
+            Some(Value::Array(list)) if !list.is_empty() => list,
+            Some(Value::Array(_)) => {
+                return Err(BootstrapError::new("xds_servers", "[]", "is empty"))
+            }
+            Some(other) => {
+                return Err(BootstrapError::new(
+                    "xds_servers",
+                    &other.to_string(),
+                    "is not a list",
+                ))
+            }
+            None => return Err(BootstrapError::new("xds_servers", "", "field not present")),
+        };
+        let mut parsed = Vec::with_capacity(servers.len());
+        for (i, s) in servers.iter().enumerate() {
+            parsed.push(server(s, &format!("xds_servers[{i}]"))?);
+        }
+        let node = match root.get("node") {
+            None => core::Node::default(),
+            Some(n) => node(n)?,
+        };
+        Ok(Bootstrap {
+            servers: parsed,
+            node,
+        })
+    }
+
+    /// The server the client talks to (the first); an error naming
+    /// `xds_servers` when there is none (`from_json` refuses such a file,
+    /// a hand-built `Bootstrap` may have none).
+    pub fn server(&self) -> Result<&XdsServer, BootstrapError> {
+        self.servers
+            .first()
+            .ok_or_else(|| BootstrapError::new("xds_servers", "[]", "has no server"))
+    }
+
+    /// The node ID.
+    pub fn node_id(&self) -> &str {
+        &self.node.id
+    }
+}
+
+fn object<'a>(v: &'a Value, field: &str) -> Result<&'a Map<String, Value>, BootstrapError> {
+    v.as_object()
+        .ok_or_else(|| BootstrapError::new(field, &v.to_string(), "is not an object"))
+}
+
+fn string(o: &Map<String, Value>, key: &str, field: &str) -> Result<String, BootstrapError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(other) => Err(BootstrapError::new(
+            &format!("{field}.{key}"),
+            &other.to_string(),
+            "is not a string",
+        )),
+    }
+}
+
+fn server(v: &Value, field: &str) -> Result<XdsServer, BootstrapError> {
+    let o = object(v, field)?;
+    let uri = string(o, "server_uri", field)?;
+    if uri.is_empty() {
+        return Err(BootstrapError::new(
+            &format!("{field}.server_uri"),
+            "",
+            "field not present",
+        ));
+    }
+    let creds_field = format!("{field}.channel_creds");
+    match o.get("channel_creds") {
+        None => {}
+        Some(Value::Array(list)) => {
+            let mut types = Vec::new();
+            for (i, c) in list.iter().enumerate() {
+                let c = object(c, &format!("{creds_field}[{i}]"))?;
+                types.push(string(c, "type", &format!("{creds_field}[{i}]"))?);
+            }
+            // gRPC takes the first supported type; tether supports insecure only.
+            if !types.is_empty() && !types.iter().any(|t| t == "insecure") {
+                return Err(BootstrapError::new(
+                    &creds_field,
+                    &format!("{types:?}"),
+                    "has no supported type (tether supports \"insecure\")",
+                ));
+            }
+        }
+        Some(other) => {
+            return Err(BootstrapError::new(
+                &creds_field,
+                &other.to_string(),
+                "is not a list",
+            ))
+        }
+    }
+    let mut server_features = Vec::new();
+    if let Some(list) = o.get("server_features") {
+        let list = list.as_array().ok_or_else(|| {
+            BootstrapError::new(
+                &format!("{field}.server_features"),
+                &list.to_string(),
+                "is not a list",
+            )
+        })?;
+        for f in list {
+            if let Some(s) = f.as_str() {
+                server_features.push(s.to_owned());
+            }
+        }
+    }
+    Ok(XdsServer {
+        server_uri: uri,
+        server_features,
+    })
+}
+
+fn node(v: &Value) -> Result<core::Node, BootstrapError> {
+    let o = object(v, "node")?;
+    let mut node = core::Node {
+        id: string(o, "id", "node")?,
+        cluster: string(o, "cluster", "node")?,
+        user_agent_name: "tether".to_owned(),
+        user_agent_version_type: Some(core::node::UserAgentVersionType::UserAgentVersion(
+            env!("CARGO_PKG_VERSION").to_owned(),
+        )),
+        client_features: vec![
+            "envoy.lb.does_not_support_overprovisioning".to_owned(),
+            "xds.config.resource-in-sotw".to_owned(),
+        ],
+        ..Default::default()
+    };
+    if let Some(l) = o.get("locality") {
+        let lo = object(l, "node.locality")?;
+        node.locality = Some(core::Locality {
+            region: string(lo, "region", "node.locality")?,
+            zone: string(lo, "zone", "node.locality")?,
+            sub_zone: string(lo, "sub_zone", "node.locality")?,
+        });
+    }
+    if let Some(m) = o.get("metadata") {
+        object(m, "node.metadata")?;
+        node.metadata = match json_to_value(m) {
+            pbany::Value {
+                kind: Some(pbany::value::Kind::StructValue(s)),
+            } => Some(s),
+            _ => None,
+        };
+    }
+    Ok(node)
+}
+
+/// JSON to `google.protobuf.Value`.
+pub(crate) fn json_to_value(v: &Value) -> pbany::Value {
+    use pbany::value::Kind;
+    let kind = match v {
+        Value::Null => Kind::NullValue(0),
+        Value::Bool(b) => Kind::BoolValue(*b),
+        Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap_or(0.0)),
+        Value::String(s) => Kind::StringValue(s.clone()),
+        Value::Array(a) => Kind::ListValue(pbany::ListValue {
+            values: a.iter().map(json_to_value).collect(),
+        }),
+        Value::Object(o) => Kind::StructValue(pbany::Struct {
+            fields: o
+                .iter()
+                .map(|(k, v)| (k.clone(), json_to_value(v)))
+                .collect(),
+        }),
+    };
+    pbany::Value { kind: Some(kind) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_grpc_bootstrap() {
+        let b = Bootstrap::from_json(
+            r#"{"xds_servers":[{"server_uri":"dns:///127.0.0.1:18000","channel_creds":[{"type":"google_default"},{"type":"insecure"}],"server_features":["xds_v3"]}],
+                "node":{"id":"n1","cluster":"c","locality":{"zone":"z"},"metadata":{"k":"v","n":1}}}"#,
+        )
+        .unwrap();
+        assert_eq!(b.server().unwrap().endpoint_uri(), "http://127.0.0.1:18000");
+        assert_eq!(b.node_id(), "n1");
+        assert_eq!(b.node.locality.as_ref().unwrap().zone, "z");
+        assert!(b.node.metadata.as_ref().unwrap().fields.contains_key("k"));
+        assert_eq!(b.node.user_agent_name, "tether");
+    }
+
+    #[test]
+    fn errors_name_field_and_value() {
+        let e = |j: &str| Bootstrap::from_json(j).unwrap_err().to_string();
+        assert_eq!(e("{}"), "bootstrap xds_servers: field not present");
+        assert_eq!(
+            e(r#"{"xds_servers":[]}"#),
+            "bootstrap xds_servers: [] is empty"
+        );
+        assert_eq!(
+            e(r#"{"xds_servers":[{"server_uri":""}]}"#),
+            "bootstrap xds_servers[0].server_uri: field not present"
+        );
+        assert_eq!(
+            e(r#"{"xds_servers":[{"server_uri":"a:1","channel_creds":[{"type":"tls"}]}]}"#),
+            "bootstrap xds_servers[0].channel_creds: [\"tls\"] has no supported type (tether supports \"insecure\")"
+        );
+        assert_eq!(
+            e(r#"{"xds_servers":[{"server_uri":"a:1"}],"node":{"id":5}}"#),
+            "bootstrap node.id: 5 is not a string"
+        );
+    }
+}

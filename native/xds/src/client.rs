@@ -1,0 +1,917 @@
+//! The XdsClient: one ADS state-of-the-world stream per server, a cache of
+//! validated resources, and watchers that see each resource's state.
+//!
+//! Failure behaviour follows gRFC A57:
+//! - a stream that ends before any response is a connectivity error, sent to
+//!   every watcher of that stream (as the resource error when nothing is
+//!   cached, as an ambient error beside a cached resource), and the next
+//!   attempt waits with exponential backoff ([`super::backoff`]);
+//! - a stream that ends after a response is not an error: a new stream
+//!   starts at once and resubscribes with the last ACKed versions and an
+//!   empty nonce; the backoff is reset;
+//! - the does-not-exist timer (15 s) of a resource starts only once its
+//!   subscription went out on a stream the server has accepted, never for a
+//!   cached resource, and starts again on a new stream while still uncached.
+//!
+//! "Accepted" means the server answered the call's headers: the connection
+//! is up and the stream reached the server (the ADS server of tonic and of
+//! go-control-plane answer headers at once).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::discovery::v3::{
+    aggregated_discovery_service_client::AggregatedDiscoveryServiceClient, DiscoveryRequest,
+    DiscoveryResponse,
+};
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use super::backoff::{Backoff, BackoffConfig};
+use super::bootstrap::{Bootstrap, BootstrapError};
+use super::error::{code_name, XdsError};
+use super::resource::{self, Resource, ResourceKind, ValidationError, ValidationOptions};
+
+/// gRFC A57's does-not-exist timeout.
+pub const DOES_NOT_EXIST_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Where a watched resource stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResourceStatus {
+    /// Subscribed; nothing received yet.
+    Requested,
+    /// The server sent it and it was ACKed in this version.
+    Acked {
+        /// The response's `version_info`.
+        version: String,
+    },
+    /// The last version the server sent was invalid and NACKed; `resource`
+    /// still holds the previous valid one, if any.
+    Nacked {
+        /// The rejected `version_info`.
+        version: String,
+        /// Why.
+        error: ValidationError,
+    },
+    /// Not sent within the does-not-exist timeout, or deleted by the server.
+    DoesNotExist,
+}
+
+/// Everything a watcher knows about one resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceState {
+    /// The last valid resource (kept across NACKs and connectivity errors).
+    pub resource: Option<Resource>,
+    /// The version in which `resource` was ACKed: after a NACK this is the
+    /// last good version, which the status no longer carries.
+    pub resource_version: Option<String>,
+    /// Where the resource stands.
+    pub status: ResourceStatus,
+    /// The latest error: with `resource` present an ambient error (keep
+    /// using the resource), without it the reason there is none.
+    pub error: Option<XdsError>,
+}
+
+impl ResourceState {
+    fn requested() -> Self {
+        ResourceState {
+            resource: None,
+            resource_version: None,
+            status: ResourceStatus::Requested,
+            error: None,
+        }
+    }
+
+    /// Whether the error is ambient (a resource is cached beside it).
+    pub fn is_ambient_error(&self) -> bool {
+        self.resource.is_some() && self.error.is_some()
+    }
+}
+
+type Key = (ResourceKind, String);
+
+struct Entry {
+    tx: watch::Sender<ResourceState>,
+    watchers: usize,
+}
+
+#[derive(Default)]
+struct Registry {
+    entries: HashMap<Key, Entry>,
+}
+
+impl Registry {
+    fn names(&self, kind: ResourceKind) -> Vec<String> {
+        let set: BTreeSet<&str> = self
+            .entries
+            .keys()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, n)| n.as_str())
+            .collect();
+        set.into_iter().map(str::to_owned).collect()
+    }
+}
+
+enum Cmd {
+    /// The set of names of a kind changed (a first watcher or a last one left).
+    Changed(ResourceKind),
+}
+
+struct Shared {
+    registry: Mutex<Registry>,
+    cmd_tx: mpsc::UnboundedSender<Cmd>,
+    events: broadcast::Sender<(ResourceKind, String)>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        // A panic while holding the lock cannot leave the map half-updated
+        // in a way that matters more than losing the client, so recover.
+        self.registry.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct Stopper(tokio::task::AbortHandle);
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Knobs for tests and tools; [`Default`] gives gRPC's values.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// Backoff between stream attempts that got no response.
+    pub backoff: BackoffConfig,
+    /// A fixed backoff jitter seed (reproducible delays), or random.
+    pub backoff_seed: Option<u64>,
+    /// The does-not-exist timeout.
+    pub does_not_exist_timeout: Duration,
+    /// What resource validation accepts beyond gRPC's rules (default:
+    /// nothing, so the client NACKs what gRPC NACKs), e.g. MAGLEV clusters.
+    pub validation: ValidationOptions,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            backoff: BackoffConfig::default(),
+            backoff_seed: None,
+            does_not_exist_timeout: DOES_NOT_EXIST_TIMEOUT,
+            validation: ValidationOptions::default(),
+        }
+    }
+}
+
+/// An xDS client talking to the bootstrap's first server. Cheap to clone;
+/// the stream stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct XdsClient {
+    shared: Arc<Shared>,
+    server_uri: Arc<str>,
+    node_id: Arc<str>,
+    _stopper: Arc<Stopper>,
+}
+
+impl std::fmt::Debug for XdsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdsClient")
+            .field("server_uri", &self.server_uri)
+            .field("node_id", &self.node_id)
+            .finish()
+    }
+}
+
+impl XdsClient {
+    /// Starts a client on the current tokio runtime with gRPC's defaults.
+    pub fn start(bootstrap: Bootstrap) -> Result<Self, BootstrapError> {
+        XdsClient::start_with(bootstrap, ClientOptions::default())
+    }
+
+    /// Starts a client with explicit options.
+    pub fn start_with(
+        bootstrap: Bootstrap,
+        options: ClientOptions,
+    ) -> Result<Self, BootstrapError> {
+        let server = bootstrap.server()?.clone();
+        let endpoint =
+            Endpoint::from_shared(server.endpoint_uri()).map_err(|e| BootstrapError {
+                field: "xds_servers[0].server_uri".into(),
+                value: server.server_uri.clone(),
+                problem: format!("is not a valid URI: {e}"),
+            })?;
+        let channel = endpoint.connect_lazy();
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let (events, _) = broadcast::channel(1024);
+        let shared = Arc::new(Shared {
+            registry: Mutex::new(Registry::default()),
+            cmd_tx,
+            events,
+        });
+        let backoff = match options.backoff_seed {
+            Some(seed) => Backoff::with_seed(options.backoff, seed),
+            None => Backoff::new(options.backoff),
+        };
+        let actor = Actor {
+            shared: Arc::downgrade(&shared),
+            cmd_rx,
+            channel,
+            server_uri: server.server_uri.clone(),
+            ignore_deletion: server.ignore_resource_deletion(),
+            node: bootstrap.node.clone(),
+            types: HashMap::new(),
+            deadlines: HashMap::new(),
+            backoff,
+            dne_timeout: options.does_not_exist_timeout,
+            validation: options.validation,
+            channel_error: None,
+        };
+        let handle = tokio::spawn(actor.run());
+        Ok(XdsClient {
+            shared,
+            server_uri: server.server_uri.into(),
+            node_id: bootstrap.node.id.into(),
+            _stopper: Arc::new(Stopper(handle.abort_handle())),
+        })
+    }
+
+    /// The server this client talks to, as written in the bootstrap.
+    pub fn server_uri(&self) -> &str {
+        &self.server_uri
+    }
+
+    /// The node ID this client presents.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// Watches a resource. A cached resource is in [`Watcher::current`] at
+    /// once (and the first [`Watcher::changed`] returns immediately); the
+    /// subscription goes to the server when this is the first watcher.
+    pub fn watch(&self, kind: ResourceKind, name: &str) -> Watcher {
+        let key = (kind, name.to_owned());
+        let mut reg = self.shared.lock();
+        let (rx, new) = match reg.entries.get_mut(&key) {
+            Some(e) => {
+                e.watchers += 1;
+                (e.tx.subscribe(), false)
+            }
+            None => {
+                let (tx, rx) = watch::channel(ResourceState::requested());
+                reg.entries.insert(key.clone(), Entry { tx, watchers: 1 });
+                (rx, true)
+            }
+        };
+        drop(reg);
+        if new {
+            let _ = self.shared.cmd_tx.send(Cmd::Changed(kind));
+        }
+        let mut rx = rx;
+        rx.mark_changed();
+        Watcher {
+            key,
+            rx,
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// Every watched resource and its state, sorted by kind and name (what
+    /// `tether xds dump` prints).
+    pub fn resources(&self) -> Vec<(ResourceKind, String, ResourceState)> {
+        let reg = self.shared.lock();
+        let mut out: Vec<_> = reg
+            .entries
+            .iter()
+            .map(|((k, n), e)| (*k, n.clone(), e.tx.borrow().clone()))
+            .collect();
+        out.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        out
+    }
+
+    /// A stream of `(kind, name)` for every change of any watched
+    /// resource's state.
+    pub fn events(&self) -> broadcast::Receiver<(ResourceKind, String)> {
+        self.shared.events.subscribe()
+    }
+}
+
+/// One watcher of one resource. Dropping the last watcher of a resource
+/// unsubscribes it.
+pub struct Watcher {
+    key: Key,
+    rx: watch::Receiver<ResourceState>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher").field("key", &self.key).finish()
+    }
+}
+
+impl Watcher {
+    /// Which kind of resource.
+    pub fn kind(&self) -> ResourceKind {
+        self.key.0
+    }
+
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.key.1
+    }
+
+    /// The current state.
+    pub fn current(&self) -> ResourceState {
+        self.rx.borrow().clone()
+    }
+
+    /// Waits for the next change and returns the new state. Returns `None`
+    /// when the client is gone.
+    pub async fn changed(&mut self) -> Option<ResourceState> {
+        self.rx.changed().await.ok()?;
+        Some(self.rx.borrow_and_update().clone())
+    }
+
+    /// Waits until `pred` holds for the state (checking the current state
+    /// first) and returns it; `None` when the client is gone.
+    pub async fn wait_for(
+        &mut self,
+        mut pred: impl FnMut(&ResourceState) -> bool,
+    ) -> Option<ResourceState> {
+        self.rx.wait_for(|s| pred(s)).await.ok().map(|s| s.clone())
+    }
+
+    /// A `tokio::sync::watch` receiver of the state, for callers that want
+    /// to build their own stream (e.g. `tokio_stream::wrappers::WatchStream`).
+    pub fn receiver(&self) -> watch::Receiver<ResourceState> {
+        self.rx.clone()
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let mut reg = self.shared.lock();
+        let last = match reg.entries.get_mut(&self.key) {
+            Some(e) => {
+                e.watchers = e.watchers.saturating_sub(1);
+                e.watchers == 0
+            }
+            None => false,
+        };
+        if last {
+            reg.entries.remove(&self.key);
+            drop(reg);
+            let _ = self.shared.cmd_tx.send(Cmd::Changed(self.key.0));
+        }
+    }
+}
+
+#[derive(Default)]
+struct TypeState {
+    /// Last ACKed version (kept across streams).
+    version: String,
+    /// Last nonce on the current stream.
+    nonce: String,
+    /// Names last sent on the current stream, to skip redundant requests.
+    sent: Option<Vec<String>>,
+}
+
+struct Actor {
+    shared: std::sync::Weak<Shared>,
+    cmd_rx: mpsc::UnboundedReceiver<Cmd>,
+    channel: Channel,
+    server_uri: String,
+    ignore_deletion: bool,
+    node: envoy_types::pb::envoy::config::core::v3::Node,
+    types: HashMap<ResourceKind, TypeState>,
+    deadlines: HashMap<Key, Instant>,
+    backoff: Backoff,
+    dne_timeout: Duration,
+    validation: ValidationOptions,
+    /// The connectivity error of the last failed stream, until a response.
+    channel_error: Option<XdsError>,
+}
+
+enum StreamEnd {
+    /// The client was dropped.
+    Stop,
+    /// The stream ended.
+    Closed {
+        got_response: bool,
+        status: tonic::Status,
+    },
+}
+
+struct Stream {
+    tx: mpsc::UnboundedSender<DiscoveryRequest>,
+    connected: bool,
+    sent_node: bool,
+}
+
+impl Actor {
+    async fn run(mut self) {
+        loop {
+            match self.run_stream().await {
+                StreamEnd::Stop => return,
+                StreamEnd::Closed {
+                    got_response: true,
+                    status,
+                } => {
+                    log::info!(
+                        "xDS server {}: ADS stream ended ({}: {}); reconnecting",
+                        self.server_uri,
+                        code_name(effective_code(&status)),
+                        status_message(&status)
+                    );
+                    // Not an error (A57): restart at once; backoff was reset.
+                    continue;
+                }
+                StreamEnd::Closed {
+                    got_response: false,
+                    status,
+                } => {
+                    self.connectivity_error(&status);
+                    let delay = self.backoff.next_delay();
+                    if let Some(e) = &self.channel_error {
+                        // Milliseconds: the jitter's nanoseconds are noise.
+                        let shown = Duration::from_millis(delay.as_millis() as u64);
+                        log::warn!("{e}; retrying in {}", tether_core::duration::display(shown));
+                    }
+                    if self.idle(delay).await.is_none() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Waits `delay` while keeping the registry's commands drained.
+    async fn idle(&mut self, delay: Duration) -> Option<()> {
+        let until = Instant::now() + delay;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return Some(()),
+                cmd = self.cmd_rx.recv() => {
+                    let Cmd::Changed(kind) = cmd?;
+                    self.shared.upgrade()?;
+                    self.note_new_entries(kind);
+                }
+            }
+        }
+    }
+
+    /// New entries get the current channel error (as gRPC tells new watchers).
+    fn note_new_entries(&mut self, kind: ResourceKind) {
+        let Some(err) = self.channel_error.clone() else {
+            return;
+        };
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let reg = shared.lock();
+        for ((k, n), e) in &reg.entries {
+            if *k == kind && e.tx.borrow().status == ResourceStatus::Requested {
+                let changed = e.tx.send_if_modified(|s| {
+                    if s.error.is_none() {
+                        s.error = Some(err.clone());
+                        true
+                    } else {
+                        false
+                    }
+                });
+                if changed {
+                    let _ = shared.events.send((*k, n.clone()));
+                }
+            }
+        }
+    }
+
+    fn connectivity_error(&mut self, status: &tonic::Status) {
+        let err = XdsError::Connectivity {
+            server_uri: self.server_uri.clone(),
+            node_id: self.node.id.clone(),
+            code: code_name(effective_code(status)).to_owned(),
+            message: status_message(status),
+        };
+        self.channel_error = Some(err.clone());
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let reg = shared.lock();
+        for ((k, n), e) in &reg.entries {
+            e.tx.send_modify(|s| s.error = Some(err.clone()));
+            let _ = shared.events.send((*k, n.clone()));
+        }
+    }
+
+    fn request(&mut self, stream: &mut Stream, kind: ResourceKind, names: Vec<String>) {
+        let ts = self.types.entry(kind).or_default();
+        let req = DiscoveryRequest {
+            version_info: ts.version.clone(),
+            node: (!stream.sent_node).then(|| self.node.clone()),
+            resource_names: names.clone(),
+            type_url: kind.type_url().to_owned(),
+            response_nonce: ts.nonce.clone(),
+            ..Default::default()
+        };
+        ts.sent = Some(names);
+        stream.sent_node = true;
+        let _ = stream.tx.send(req);
+    }
+
+    /// Starts does-not-exist timers for uncached, subscribed resources
+    /// without one (only on a connected stream).
+    fn arm_timers(&mut self, kind: Option<ResourceKind>) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let reg = shared.lock();
+        let deadline = Instant::now() + self.dne_timeout;
+        for (key, e) in &reg.entries {
+            if kind.is_some_and(|k| k != key.0) {
+                continue;
+            }
+            let s = e.tx.borrow();
+            let waiting = s.resource.is_none() && s.status != ResourceStatus::DoesNotExist;
+            if waiting && !self.deadlines.contains_key(key) {
+                self.deadlines.insert(key.clone(), deadline);
+            }
+        }
+        // Drop timers of resources nobody watches any more.
+        self.deadlines.retain(|k, _| reg.entries.contains_key(k));
+    }
+
+    fn on_changed(&mut self, stream: &mut Stream, kind: ResourceKind) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let names = shared.lock().names(kind);
+        let ts = self.types.entry(kind).or_default();
+        if ts.sent.as_ref() == Some(&names) || (ts.sent.is_none() && names.is_empty()) {
+            return;
+        }
+        self.request(stream, kind, names);
+        if stream.connected {
+            self.arm_timers(Some(kind));
+        }
+        self.note_new_entries(kind);
+    }
+
+    async fn run_stream(&mut self) -> StreamEnd {
+        let Some(shared) = self.shared.upgrade() else {
+            return StreamEnd::Stop;
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut stream = Stream {
+            tx,
+            connected: false,
+            sent_node: false,
+        };
+        for ts in self.types.values_mut() {
+            ts.nonce.clear();
+            ts.sent = None;
+        }
+        for kind in ResourceKind::ALL {
+            let names = shared.lock().names(kind);
+            if !names.is_empty() {
+                self.request(&mut stream, kind, names);
+            }
+        }
+        drop(shared);
+        log::debug!("xDS server {}: starting an ADS stream", self.server_uri);
+        let mut client = AggregatedDiscoveryServiceClient::new(self.channel.clone());
+        let call = client.stream_aggregated_resources(UnboundedReceiverStream::new(rx));
+        tokio::pin!(call);
+        let mut inbound = loop {
+            tokio::select! {
+                r = &mut call => match r {
+                    Ok(resp) => break resp.into_inner(),
+                    Err(status) => return StreamEnd::Closed { got_response: false, status },
+                },
+                cmd = self.cmd_rx.recv() => {
+                    let Some(Cmd::Changed(kind)) = cmd else { return StreamEnd::Stop };
+                    if self.shared.strong_count() == 0 { return StreamEnd::Stop; }
+                    self.on_changed(&mut stream, kind);
+                }
+            }
+        };
+        stream.connected = true;
+        log::info!("xDS server {}: ADS stream open", self.server_uri);
+        self.deadlines.clear();
+        self.arm_timers(None);
+        let mut got_response = false;
+        let end = loop {
+            let next = self.deadlines.values().min().copied();
+            tokio::select! {
+                msg = inbound.message() => match msg {
+                    Ok(Some(resp)) => {
+                        if !got_response {
+                            got_response = true;
+                            self.backoff.reset();
+                            self.clear_channel_error();
+                        }
+                        self.on_response(&mut stream, resp);
+                    }
+                    Ok(None) => break StreamEnd::Closed {
+                        got_response,
+                        status: tonic::Status::unavailable("ADS stream closed by the server"),
+                    },
+                    Err(status) => break StreamEnd::Closed { got_response, status },
+                },
+                cmd = self.cmd_rx.recv() => {
+                    let Some(Cmd::Changed(kind)) = cmd else { break StreamEnd::Stop };
+                    if self.shared.strong_count() == 0 { break StreamEnd::Stop; }
+                    self.on_changed(&mut stream, kind);
+                }
+                _ = sleep_until_opt(next), if next.is_some() => self.fire_timers(),
+            }
+        };
+        // Timers restart on the next stream for what is still uncached.
+        self.deadlines.clear();
+        end
+    }
+
+    fn clear_channel_error(&mut self) {
+        if self.channel_error.take().is_none() {
+            return;
+        }
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let reg = shared.lock();
+        for ((k, n), e) in &reg.entries {
+            let changed = e.tx.send_if_modified(|s| {
+                if matches!(s.error, Some(XdsError::Connectivity { .. })) {
+                    s.error = None;
+                    true
+                } else {
+                    false
+                }
+            });
+            if changed {
+                let _ = shared.events.send((*k, n.clone()));
+            }
+        }
+    }
+
+    fn fire_timers(&mut self) {
+        let now = Instant::now();
+        let due: Vec<Key> = self
+            .deadlines
+            .iter()
+            .filter(|(_, d)| **d <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let reg = shared.lock();
+        for key in due {
+            self.deadlines.remove(&key);
+            if let Some(e) = reg.entries.get(&key) {
+                let err = XdsError::DoesNotExist {
+                    kind: key.0,
+                    name: key.1.clone(),
+                    node_id: self.node.id.clone(),
+                };
+                let text = err.to_string();
+                let changed = e.tx.send_if_modified(|s| {
+                    if s.resource.is_some() {
+                        return false;
+                    }
+                    s.status = ResourceStatus::DoesNotExist;
+                    s.error = Some(err);
+                    true
+                });
+                if changed {
+                    log::warn!(
+                        "xDS: {text}: not sent within {}",
+                        tether_core::duration::display(self.dne_timeout)
+                    );
+                    let _ = shared.events.send(key.clone());
+                }
+            }
+        }
+    }
+
+    fn on_response(&mut self, stream: &mut Stream, resp: DiscoveryResponse) {
+        let Some(kind) = ResourceKind::from_type_url(&resp.type_url) else {
+            // Not a type this client asked for: NACK it so the server knows.
+            log::warn!(
+                "xDS: NACK of version {:?}: unknown resource type {:?}",
+                resp.version_info,
+                resp.type_url
+            );
+            let req = DiscoveryRequest {
+                type_url: resp.type_url.clone(),
+                response_nonce: resp.nonce.clone(),
+                error_detail: Some(RpcStatus {
+                    code: tonic::Code::InvalidArgument as i32,
+                    message: format!("unknown resource type {:?}", resp.type_url),
+                    details: Vec::new(),
+                }),
+                ..Default::default()
+            };
+            let _ = stream.tx.send(req);
+            return;
+        };
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let mut valid: HashMap<String, Resource> = HashMap::new();
+        let mut invalid: Vec<(Option<String>, ValidationError)> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for any in &resp.resources {
+            let decoded = resource::decode_with(kind, any, self.validation.clone());
+            match decoded.result {
+                Ok(r) => {
+                    let name = r.name().to_owned();
+                    if seen.insert(name.clone()) {
+                        valid.insert(name, r);
+                    } else {
+                        // The same name twice in one response: neither copy is used.
+                        valid.remove(&name);
+                        invalid.push((
+                            Some(name.clone()),
+                            ValidationError {
+                                kind,
+                                name: name.clone(),
+                                errors: vec![resource::FieldError {
+                                    field: "name".into(),
+                                    value: format!("{name:?}"),
+                                    problem: "appears twice in one response".into(),
+                                }],
+                            },
+                        ));
+                    }
+                }
+                Err(e) => invalid.push((decoded.name, e)),
+            }
+        }
+        let version = resp.version_info.clone();
+        for (_, e) in &invalid {
+            log::warn!("xDS: NACK of version {version:?}: {e}");
+        }
+        {
+            let reg = shared.lock();
+            for ((k, name), e) in &reg.entries {
+                if *k != kind {
+                    continue;
+                }
+                let key = (*k, name.clone());
+                if let Some(r) = valid.get(name) {
+                    self.deadlines.remove(&key);
+                    let status = ResourceStatus::Acked {
+                        version: version.clone(),
+                    };
+                    let changed = e.tx.send_if_modified(|s| {
+                        let notify = s.resource.as_ref() != Some(r)
+                            || s.error.is_some()
+                            || matches!(
+                                s.status,
+                                ResourceStatus::Requested
+                                    | ResourceStatus::DoesNotExist
+                                    | ResourceStatus::Nacked { .. }
+                            );
+                        s.resource = Some(r.clone());
+                        s.resource_version = Some(version.clone());
+                        s.status = status;
+                        s.error = None;
+                        notify
+                    });
+                    if changed {
+                        log::info!("xDS: ACK {kind} {name:?} version {version:?}");
+                        let _ = shared.events.send(key);
+                    }
+                } else if let Some((_, err)) = invalid
+                    .iter()
+                    .find(|(n, _)| n.as_deref() == Some(name.as_str()))
+                {
+                    self.deadlines.remove(&key);
+                    e.tx.send_modify(|s| {
+                        s.status = ResourceStatus::Nacked {
+                            version: version.clone(),
+                            error: err.clone(),
+                        };
+                        s.error = Some(XdsError::Nacked {
+                            version: version.clone(),
+                            error: err.clone(),
+                        });
+                    });
+                    let _ = shared.events.send(key);
+                } else if kind.all_in_each_response() && !self.ignore_deletion {
+                    // Left out of a state-of-the-world LDS/CDS response: deleted.
+                    let node_id = self.node.id.clone();
+                    let changed = e.tx.send_if_modified(|s| {
+                        if s.resource.is_none() {
+                            return false;
+                        }
+                        s.resource = None;
+                        s.resource_version = None;
+                        s.status = ResourceStatus::DoesNotExist;
+                        s.error = Some(XdsError::DoesNotExist {
+                            kind,
+                            name: name.clone(),
+                            node_id,
+                        });
+                        true
+                    });
+                    if changed {
+                        log::warn!(
+                            "xDS: {kind} {name:?} does not exist: the server removed it in version {version:?}"
+                        );
+                        let _ = shared.events.send(key);
+                    }
+                }
+            }
+        }
+        let ts = self.types.entry(kind).or_default();
+        ts.nonce = resp.nonce.clone();
+        let error_detail = if invalid.is_empty() {
+            ts.version = version;
+            None
+        } else {
+            let message = invalid
+                .iter()
+                .map(|(_, e)| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; ");
+            Some(RpcStatus {
+                code: tonic::Code::InvalidArgument as i32,
+                message,
+                details: Vec::new(),
+            })
+        };
+        let names = shared.lock().names(kind);
+        let req = DiscoveryRequest {
+            version_info: ts.version.clone(),
+            node: None,
+            resource_names: names.clone(),
+            type_url: kind.type_url().to_owned(),
+            response_nonce: ts.nonce.clone(),
+            error_detail,
+            ..Default::default()
+        };
+        ts.sent = Some(names);
+        let _ = stream.tx.send(req);
+    }
+}
+
+/// gRPC reports a transport failure under a call as UNAVAILABLE. tonic calls
+/// a connection lost mid-stream UNKNOWN, and one closed before the request
+/// went out (a server dying with its socket still open) CANCELLED; both
+/// carry the transport error as their source. A status the server sent
+/// itself has no source and keeps its code.
+fn effective_code(status: &tonic::Status) -> tonic::Code {
+    use std::error::Error as _;
+    let Some(source) = status.source() else {
+        return status.code();
+    };
+    match status.code() {
+        tonic::Code::Unknown => tonic::Code::Unavailable,
+        tonic::Code::Cancelled if closed_under_the_call(source) => tonic::Code::Unavailable,
+        code => code,
+    }
+}
+
+/// Whether hyper dropped the call because its connection closed.
+fn closed_under_the_call(err: &(dyn std::error::Error + 'static)) -> bool {
+    error_chain(err).any(|e| {
+        e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_canceled)
+    })
+}
+
+/// The status message, with the transport's reason when tonic's message
+/// leaves it out ("operation was canceled" says nothing of why).
+fn status_message(status: &tonic::Status) -> String {
+    use std::error::Error as _;
+    let mut message = status.message().to_owned();
+    for e in status.source().into_iter().flat_map(error_chain) {
+        let text = e.to_string();
+        if !text.is_empty() && !message.contains(&text) {
+            message = format!("{message}: {text}");
+        }
+    }
+    message
+}
+
+/// `err` and its sources, outermost first.
+fn error_chain<'e>(
+    err: &'e (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'e (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| e.source())
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,97 @@
+//! Errors the XdsClient reports to watchers.
+
+use std::fmt;
+
+use super::resource::{ResourceKind, ValidationError};
+
+/// An error a watcher sees, either instead of a resource (when none is
+/// cached) or beside the cached one (an "ambient" error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum XdsError {
+    /// The ADS stream ended before any response arrived, or the connection
+    /// to the server could not be made (gRFC A57).
+    Connectivity {
+        /// The server's URI as written in the bootstrap.
+        server_uri: String,
+        /// The node ID from the bootstrap.
+        node_id: String,
+        /// The gRPC status code of the failed call, e.g. `UNAVAILABLE`.
+        code: String,
+        /// The status message.
+        message: String,
+    },
+    /// The server sent a version of the resource that failed validation; the
+    /// version was NACKed.
+    Nacked {
+        /// The rejected version.
+        version: String,
+        /// What was wrong with it.
+        error: ValidationError,
+    },
+    /// The server did not send the resource within the does-not-exist
+    /// timeout, or removed it from a state-of-the-world response.
+    DoesNotExist {
+        /// Which kind of resource.
+        kind: ResourceKind,
+        /// Its name.
+        name: String,
+        /// The node ID from the bootstrap.
+        node_id: String,
+    },
+}
+
+impl fmt::Display for XdsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            XdsError::Connectivity {
+                server_uri,
+                node_id,
+                code,
+                message,
+            } => write!(
+                f,
+                "xDS channel for server {server_uri}: xDS call failed with no responses received; \
+                 status: {code}: {message} (node ID:{node_id})"
+            ),
+            XdsError::Nacked { version, error } => {
+                write!(f, "version {version:?} rejected: {error}")
+            }
+            XdsError::DoesNotExist {
+                kind,
+                name,
+                node_id,
+            } => write!(
+                f,
+                "{} resource {name:?} does not exist (node ID:{node_id})",
+                kind.short_name()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for XdsError {}
+
+/// The name of a gRPC status code as gRPC prints it (`UNAVAILABLE`).
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code::*;
+    match code {
+        Ok => "OK",
+        Cancelled => "CANCELLED",
+        Unknown => "UNKNOWN",
+        InvalidArgument => "INVALID_ARGUMENT",
+        DeadlineExceeded => "DEADLINE_EXCEEDED",
+        NotFound => "NOT_FOUND",
+        AlreadyExists => "ALREADY_EXISTS",
+        PermissionDenied => "PERMISSION_DENIED",
+        ResourceExhausted => "RESOURCE_EXHAUSTED",
+        FailedPrecondition => "FAILED_PRECONDITION",
+        Aborted => "ABORTED",
+        OutOfRange => "OUT_OF_RANGE",
+        Unimplemented => "UNIMPLEMENTED",
+        Internal => "INTERNAL",
+        Unavailable => "UNAVAILABLE",
+        DataLoss => "DATA_LOSS",
+        Unauthenticated => "UNAUTHENTICATED",
+    }
+}
