@@ -33,7 +33,7 @@ fi
 chromium="${CHROMIUM:-$(command -v chromium)}"
 
 "$here/build.sh"
-cargo build -p tether --bin tether
+cargo build -p tether-cli --bin tether
 
 mkdir -p target/artifacts
 CHROMIUM="$chromium" TETHER_BIN="$repo/target/debug/tether" \

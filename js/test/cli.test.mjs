@@ -43,7 +43,7 @@ function cliArgs(c) {
 }
 
 test("the tether CLI is built", () => {
-  assert.ok(existsSync(BIN), `${BIN} exists (cargo build -p tether)`);
+  assert.ok(existsSync(BIN), `${BIN} exists (cargo build -p tether-cli)`);
 });
 
 test("CLI-minted cookies decode in JavaScript and re-encode byte-identically", () => {
