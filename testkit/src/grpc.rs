@@ -2,8 +2,9 @@
 //! `tether.demo.v1.Echo`, whose reply carries the backend's name, address
 //! and how many calls it has served.
 //!
-//! Each reply also returns the call's `cookie` metadata in the response
-//! metadata `x-seen-cookie`, so a test can see what a proxy forwarded. A
+//! Each reply also returns the call's `cookie` and `grpc-timeout` metadata
+//! in the response metadata `x-seen-cookie` and `x-seen-grpc-timeout`, so
+//! a test can see what a proxy or a channel sent. A
 //! message `sleep:MS` is answered after MS milliseconds (a call in flight);
 //! a backend started with [`Backend::start_slow`] answers every call after
 //! its delay (a slow backend among fast ones), and one started with
@@ -78,7 +79,24 @@ impl Backend<Grpc> {
         delay: Duration,
         failing: Option<Arc<AtomicBool>>,
     ) -> GrpcBackend {
-        Self::start_wrapped_full(name, addr, delay, failing, |routes| routes).await
+        Self::start_wrapped_full(name, addr, delay, failing, None, |routes| routes).await
+    }
+
+    /// Starts a backend called `name` on a random 127.0.0.1 port that ends
+    /// every connection gracefully once it is `max_age` old, as gRPC's
+    /// `max_connection_age` does: a GOAWAY, the calls already on it
+    /// finish, then the connection closes. The counter counts the GOAWAYs
+    /// sent.
+    pub async fn start_rotating(name: &str, max_age: Duration) -> (GrpcBackend, Arc<AtomicU64>) {
+        let goaways = Arc::new(AtomicU64::new(0));
+        let rotation = Rotation {
+            max_age,
+            goaways: goaways.clone(),
+        };
+        let addr = "127.0.0.1:0".parse().expect("addr");
+        let backend =
+            Self::start_wrapped_full(name, addr, Duration::ZERO, None, Some(rotation), |r| r).await;
+        (backend, goaways)
     }
 
     /// Starts a backend called `name` on a random 127.0.0.1 port whose Echo
@@ -99,7 +117,7 @@ impl Backend<Grpc> {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let addr = "127.0.0.1:0".parse().expect("addr");
-        Self::start_wrapped_full(name, addr, Duration::ZERO, None, wrap).await
+        Self::start_wrapped_full(name, addr, Duration::ZERO, None, None, wrap).await
     }
 
     async fn start_wrapped_full<S, B>(
@@ -107,6 +125,7 @@ impl Backend<Grpc> {
         addr: SocketAddr,
         delay: Duration,
         failing: Option<Arc<AtomicBool>>,
+        rotation: Option<Rotation>,
         wrap: impl FnOnce(Routes) -> S,
     ) -> GrpcBackend
     where
@@ -137,15 +156,110 @@ impl Backend<Grpc> {
         let task = accept_loop(listener, move |stream| {
             let _ = stream.set_nodelay(true);
             let svc = TowerToHyperService::new(routes.clone());
+            let rotation = rotation.clone();
             async move {
-                let _ = auto::Builder::new(TokioExecutor::new())
-                    .http2_only()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let builder = auto::Builder::new(TokioExecutor::new());
+                let builder = builder.http2_only();
+                let Some(rotation) = rotation else {
+                    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                    return;
+                };
+                let conn = builder.serve_connection(TokioIo::new(Lingering(Some(stream))), svc);
+                tokio::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => return,
+                    () = tokio::time::sleep(rotation.max_age) => {}
+                }
+                rotation.goaways.fetch_add(1, Ordering::SeqCst);
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
             }
         });
         Backend::new(name, addr, served, task)
     }
+}
+
+/// A server socket that closes the way gRPC servers end a connection:
+/// after its last GOAWAY the peer has time to read it. h2 closes at once
+/// when no stream is open, which would reset streams the client opened
+/// meanwhile before it could read that they were refused; grpc-go and
+/// C-core servers wait for a PING's answer first. So the socket is not
+/// shut down when hyper is done: it reads and discards for a while, then
+/// closes.
+struct Lingering(Option<tokio::net::TcpStream>);
+
+/// How long a closing rotating connection lingers.
+const LINGER: Duration = Duration::from_millis(200);
+
+impl tokio::io::AsyncRead for Lingering {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.0.as_mut() {
+            Some(s) => Pin::new(s).poll_read(cx, buf),
+            None => std::task::Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Lingering {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.0.as_mut() {
+            Some(s) => Pin::new(s).poll_write(cx, buf),
+            None => std::task::Poll::Ready(Ok(buf.len())),
+        }
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.0.as_mut() {
+            Some(s) => Pin::new(s).poll_flush(cx),
+            None => std::task::Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(
+        self: Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        // Closed on drop, after the linger.
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let Some(mut stream) = self.0.take() else {
+            return;
+        };
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut sink = [0u8; 4096];
+                let until = tokio::time::Instant::now() + LINGER;
+                while let Ok(Ok(n)) = tokio::time::timeout_at(until, stream.read(&mut sink)).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            });
+        }
+    }
+}
+
+/// How a rotating backend ends its connections.
+#[derive(Clone)]
+struct Rotation {
+    max_age: Duration,
+    goaways: Arc<AtomicU64>,
 }
 
 /// HTTP/1.1 (answered as [`crate::backend`] says) and gRPC (the demo Echo
@@ -317,6 +431,7 @@ impl Echo for EchoService {
     async fn echo(&self, request: Request<EchoRequest>) -> Result<Response<EchoReply>, Status> {
         let served = self.served.fetch_add(1, Ordering::SeqCst) + 1;
         let seen = request.metadata().get("cookie").cloned();
+        let timeout = request.metadata().get("grpc-timeout").cloned();
         if self
             .failing
             .as_ref()
@@ -339,6 +454,9 @@ impl Echo for EchoService {
         });
         if let Some(cookie) = seen {
             reply.metadata_mut().insert("x-seen-cookie", cookie);
+        }
+        if let Some(t) = timeout {
+            reply.metadata_mut().insert("x-seen-grpc-timeout", t);
         }
         Ok(reply)
     }

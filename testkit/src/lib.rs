@@ -6,7 +6,8 @@
 //! - `grpc` (feature `grpc`): gRPC backends serving the demo Echo service,
 //!   whose replies say which backend answered;
 //! - [`grpcio`]: gRPC C-core (PyPI `grpcio`) as a peer, through the xDS
-//!   client in `testkit/peers`.
+//!   client in `testkit/peers`;
+//! - [`partition`]: a TCP proxy a test cuts off like a network partition.
 //!
 //! Ports come from [`free_port`]; tests format them into their YAML. Child
 //! processes are made with [`command`], so none outlives the test process.
@@ -17,6 +18,7 @@ pub mod envoy;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod grpcio;
+pub mod partition;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU32, Ordering};

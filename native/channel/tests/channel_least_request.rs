@@ -171,10 +171,7 @@ where
 
 /// The least request node's facts in the channel's tree, found depth first.
 fn least_request_facts(tree: &tether::lb::PolicyStats) -> Option<BTreeMap<String, String>> {
-    if tree.policy == "least_request" {
-        return Some(tree.facts.iter().cloned().collect());
-    }
-    tree.children.iter().find_map(least_request_facts)
+    Some(tree.find("least_request")?.facts.iter().cloned().collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -339,3 +339,53 @@ async fn pick_first_moves_past_a_refusing_address_of_an_endpoint() {
         assert!(started.elapsed() < Duration::from_secs(2));
     }
 }
+
+/// The server is given the deadline that remains when the request leaves,
+/// not the one the caller set: a 3 s call that waited (wait-for-ready)
+/// about a second for its backend to come up reaches it with less than
+/// 2 s left, as C-core's would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_sent_is_what_remains_of_it() {
+    use tether::subchannel::SubchannelOptions;
+    let addr = refused_addr();
+    let mut options = SubchannelOptions::default();
+    options.backoff.initial = Duration::from_millis(100);
+    options.backoff.max = Duration::from_millis(100);
+    let channel = Channel::builder()
+        .wait_for_ready(true)
+        .subchannel_options(options)
+        .connect_static(config(vec![StaticEndpoint::new(addr)]))
+        .unwrap();
+    let started = std::time::Instant::now();
+    let call = tokio::spawn(async move {
+        let mut client = EchoClient::new(channel);
+        let mut request = tonic::Request::new(EchoRequest {
+            message: "late".into(),
+        });
+        request.set_timeout(Duration::from_secs(3));
+        client.echo(request).await
+    });
+    // The wait the call goes through: its backend is not there for 1 s.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _backend = GrpcBackend::start_on("late", addr).await;
+    let reply = call
+        .await
+        .unwrap()
+        .expect("the call waited for its backend");
+    let waited = started.elapsed();
+    let seen = tether::channel::call::parse_grpc_timeout(
+        reply
+            .metadata()
+            .get("x-seen-grpc-timeout")
+            .expect("the server saw a grpc-timeout")
+            .to_str()
+            .unwrap(),
+    )
+    .expect("a valid grpc-timeout");
+    println!("waited {waited:?}; the server was given {seen:?} of 3 s");
+    assert!(
+        seen <= Duration::from_secs(2),
+        "the server was given {seen:?} after the call had waited at least 1 s of its 3 s"
+    );
+    assert!(seen >= Duration::from_millis(1500), "{seen:?}");
+}

@@ -17,6 +17,7 @@ use tonic::body::Body;
 use tonic::Status;
 
 use super::config_selector::SessionCall;
+use super::replay::Replay;
 use super::work_serializer::{Routing, Shared, Snapshot};
 use super::{Inner, WaitForReady};
 use crate::lb::{CallAttributes, PickArgs, PickResult, Subchannel, Trackers};
@@ -38,9 +39,9 @@ fn session_id(extensions: &http::Extensions, session: &SessionCall) -> Option<u6
     Some(std::hash::Hasher::finish(&h) | 1 << 63)
 }
 
-/// How many times a call whose request a closing connection gave back
-/// unsent is picked again.
-const MAX_UNSENT_RETRIES: u32 = 5;
+/// How many times a call the server never saw (given back unsent, or
+/// refused by a GOAWAY or REFUSED_STREAM) is picked again.
+const MAX_TRANSPARENT_RETRIES: u32 = 5;
 
 /// Runs one call; failures become a trailers-only gRPC response.
 pub(crate) async fn call(inner: Arc<Inner>, request: http::Request<Body>) -> http::Response<Body> {
@@ -78,9 +79,6 @@ async fn run(
         let route_deadline = Instant::now() + t;
         if deadline.is_none_or(|d| route_deadline < d) {
             deadline = Some(route_deadline);
-            request
-                .headers_mut()
-                .insert("grpc-timeout", encode_timeout(t));
         }
     }
     let attributes = CallAttributes {
@@ -94,16 +92,28 @@ async fn run(
     };
 
     *request.uri_mut() = uri_for(&inner.authority, request.uri())?;
-    // Then a subchannel, and the request on its connection. A request the
-    // connection gives back unsent (it closed before the picker knew) is
-    // picked again: gRPC's transparent retry, bounded.
-    let mut unsent_retries = 0;
+    // Then a subchannel, and the request on its connection. An attempt the
+    // server never saw is made again once a picker knows why (gRPC's
+    // transparent retry, A6): one a going-away connection gave back
+    // unsent, or one a graceful GOAWAY or a REFUSED_STREAM refused, up to
+    // MAX_TRANSPARENT_RETRIES times in all. (C-core retries a refused
+    // stream once and an unsent one without limit; hyper reports a stream
+    // it never put on the wire after a GOAWAY as refused, so one budget
+    // serves both.) The request's messages are kept until the call
+    // commits (`replay`).
+    let (mut parts, body) = request.into_parts();
+    let replay = Replay::new(body);
+    let mut transparent_retries = 0;
+    let mut stale: Option<Arc<Snapshot>> = None;
     let (response, subchannel, guard, endpoint, policy) = loop {
-        let (subchannel, guard, connection, endpoint, policy) = loop {
+        if let Some(seen) = stale.take() {
+            next_snapshot(&inner.shared, &seen, deadline).await?;
+        }
+        let (subchannel, guard, connection, endpoint, policy, snapshot) = loop {
             let snapshot = inner.shared.snapshot.load_full();
             let args = PickArgs {
                 path: &path,
-                headers: request.headers(),
+                headers: &parts.headers,
                 attributes: &attributes,
             };
             match snapshot.picker.pick(&args) {
@@ -118,9 +128,11 @@ async fn run(
                             c,
                             pick.endpoint,
                             pick.policy,
+                            snapshot,
                         );
                     }
-                    guard.finish(false);
+                    // Never sent: no outcome for the trackers.
+                    guard.release();
                 }
                 PickResult::Queue => {}
                 PickResult::Fail(status) if !wait_for_ready => return Err(status),
@@ -130,7 +142,24 @@ async fn run(
             next_snapshot(&inner.shared, &snapshot, deadline).await?;
         };
         log::trace!("{}: {path} -> {}", inner.target, subchannel.address());
-        let sent = connection.send(request);
+        // The deadline as it stands now, not as the caller set it: the
+        // call may have waited for resources, a connection or a retry.
+        if let Some(d) = deadline {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                guard.release();
+                return Err(Status::deadline_exceeded("deadline exceeded"));
+            }
+            parts.headers.insert("grpc-timeout", encode_timeout(left));
+        }
+        let Some(body) = replay.attempt() else {
+            guard.release();
+            return Err(Status::unavailable(format!(
+                "{}: the call's request could not be sent again",
+                subchannel.address()
+            )));
+        };
+        let sent = connection.send(http::Request::from_parts(parts.clone(), body));
         let result = match deadline {
             Some(d) => match tokio::time::timeout_at(d, sent).await {
                 Ok(r) => r,
@@ -139,25 +168,46 @@ async fn run(
             None => sent.await,
         };
         match result {
-            Ok(response) => break (response, subchannel, guard, endpoint, policy),
+            Ok(response) => {
+                replay.commit();
+                break (response, subchannel, guard, endpoint, policy);
+            }
             Err(SendError {
                 error,
-                unsent: Some(unsent),
-            }) if unsent_retries < MAX_UNSENT_RETRIES => {
-                guard.finish(false);
-                unsent_retries += 1;
+                unsent: Some(_),
+            }) if transparent_retries < MAX_TRANSPARENT_RETRIES => {
+                guard.release();
+                transparent_retries += 1;
                 log::debug!(
                     "{}: {path} not sent on {} ({error}): picking again",
                     inner.target,
                     subchannel.address()
                 );
-                request = unsent;
+                subchannel.connection_lost(&connection);
+                stale = Some(snapshot);
+            }
+            Err(SendError { error, .. })
+                if transparent_retries < MAX_TRANSPARENT_RETRIES
+                    && refused_unseen(&error)
+                    && replay.replayable() =>
+            {
+                guard.release();
+                transparent_retries += 1;
+                log::debug!(
+                    "{}: {path} refused unseen by {} ({}): picking again",
+                    inner.target,
+                    subchannel.address(),
+                    crate::subchannel::Chain(&error)
+                );
+                subchannel.connection_lost(&connection);
+                stale = Some(snapshot);
             }
             Err(SendError { error, .. }) => {
                 guard.finish(false);
                 return Err(Status::unavailable(format!(
-                    "{}: request failed: {error}",
-                    subchannel.address()
+                    "{}: request failed: {}",
+                    subchannel.address(),
+                    crate::subchannel::Chain(&error)
                 )));
             }
         }
@@ -196,6 +246,7 @@ async fn run(
                 inner: body,
                 guard: Some(guard),
                 deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
+                _cluster: call_config.cluster.clone(),
             };
             Ok(http::Response::from_parts(parts, Body::new(body)))
         }
@@ -229,6 +280,22 @@ fn set_cookie(
             Err(e) => log::warn!("session cookie {value:?} is not a header value: {e}"),
         }
     }
+}
+
+/// Whether the server refused the stream without processing it: a
+/// graceful GOAWAY whose last stream came before it (h2 fails the streams
+/// above with the GOAWAY's NO_ERROR), or a REFUSED_STREAM reset.
+fn refused_unseen(error: &hyper::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.is_remote()
+                && ((h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR))
+                    || (h2.is_reset() && h2.reason() == Some(h2::Reason::REFUSED_STREAM)));
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// Waits for a snapshot newer than `seen`, or fails at the deadline. Only
@@ -294,7 +361,12 @@ fn encode_timeout(t: Duration) -> HeaderValue {
 
 /// The call's `grpc-timeout`, if it has a valid one.
 pub(crate) fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
-    let v = headers.get("grpc-timeout")?.to_str().ok()?;
+    parse_grpc_timeout(headers.get("grpc-timeout")?.to_str().ok()?)
+}
+
+/// A `grpc-timeout` value as gRPC writes it (at most 8 digits and a unit:
+/// `H`, `M`, `S`, `m`, `u`, `n`), e.g. what a server was given.
+pub fn parse_grpc_timeout(v: &str) -> Option<Duration> {
     let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
     if digits.is_empty() || digits.len() > 8 {
         return None;
@@ -341,6 +413,16 @@ impl CallGuard {
         self.end(ok, None);
     }
 
+    /// The pick was never sent: the trackers give back what they counted
+    /// and record no outcome; the subchannel saw nothing.
+    fn release(mut self) {
+        self.done = true;
+        if self.started {
+            self.subchannel.call_released();
+        }
+        self.trackers.released();
+    }
+
     /// Ends the call with its trailers, which trackers may read (ORCA).
     fn finish_with_trailers(mut self, ok: bool, trailers: &http::HeaderMap) {
         self.end(ok, Some(trailers));
@@ -369,6 +451,8 @@ struct TrackedBody {
     inner: hyper::body::Incoming,
     guard: Option<CallGuard>,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A stream keeps its cluster in the tree until it ends.
+    _cluster: Arc<super::ClusterRef>,
 }
 
 impl HttpBody for TrackedBody {

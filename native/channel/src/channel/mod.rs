@@ -22,6 +22,7 @@
 pub mod call;
 pub mod config;
 pub mod config_selector;
+mod replay;
 mod resolver;
 pub mod target;
 mod work_serializer;
@@ -38,7 +39,7 @@ use tokio::task::AbortHandle;
 
 pub use crate::lb::wrr_locality::EndpointPolicy;
 use crate::lb::{ConnectivityState, Event, PolicyStats};
-use crate::subchannel::{SubchannelOptions, SubchannelPool};
+use crate::subchannel::{KeepaliveOptions, SubchannelOptions, SubchannelPool};
 use crate::xds::bootstrap::{Bootstrap, BootstrapError};
 use crate::xds::client::ClientOptions;
 use crate::xds::XdsClient;
@@ -244,6 +245,15 @@ impl ChannelBuilder {
     /// Subchannel options: connection backoff and connect timeout.
     pub fn subchannel_options(mut self, options: SubchannelOptions) -> Self {
         self.subchannel = options;
+        self
+    }
+
+    /// HTTP/2 keepalive on every connection (gRFC A8; off by default, as
+    /// in gRPC clients): a backend that stops answering is found within
+    /// `time + timeout`, its calls fail UNAVAILABLE and new calls move.
+    /// The same as [`SubchannelOptions::keepalive`].
+    pub fn keepalive(mut self, keepalive: KeepaliveOptions) -> Self {
+        self.subchannel.keepalive = Some(keepalive);
         self
     }
 

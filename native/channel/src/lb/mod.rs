@@ -153,6 +153,13 @@ pub trait CallTracker: Send + Sync {
         let _ = trailers;
         self.finished(ok);
     }
+
+    /// The pick was never sent (no connection, or the connection gave the
+    /// request back unsent): the call has no outcome here and is picked
+    /// again. A tracker that counted the call when it was picked gives the
+    /// count back; outcomes are not recorded, as C-core drops the tracker.
+    /// By default nothing happens.
+    fn released(&self) {}
 }
 
 /// The trackers of one pick, innermost policy first. Two fit inline, so
@@ -197,6 +204,14 @@ impl Trackers {
     pub fn finished_with_trailers(&self, ok: bool, trailers: Option<&http::HeaderMap>) {
         for t in self.inline.iter().flatten().chain(&self.more) {
             t.finished_with_trailers(ok, trailers);
+        }
+    }
+
+    /// Tells every tracker, innermost first, that the pick was never sent
+    /// ([`CallTracker::released`]).
+    pub fn released(&self) {
+        for t in self.inline.iter().flatten().chain(&self.more) {
+            t.released();
         }
     }
 }
@@ -452,6 +467,25 @@ pub struct PolicyStats {
     /// Its children.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub children: Vec<PolicyStats>,
+}
+
+impl PolicyStats {
+    /// The first node of this subtree (itself included, depth first) run
+    /// by `policy`.
+    pub fn find(&self, policy: &str) -> Option<&PolicyStats> {
+        if self.policy == policy {
+            return Some(self);
+        }
+        self.children.iter().find_map(|c| c.find(policy))
+    }
+
+    /// The value of fact `name`, if the node has it.
+    pub fn fact(&self, name: &str) -> Option<&str> {
+        self.facts
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// A load-balancing policy: one node of the tree. Every method runs on the

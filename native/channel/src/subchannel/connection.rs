@@ -23,6 +23,8 @@ use tokio::sync::oneshot;
 use tokio::task::{JoinError, JoinHandle};
 use tonic::body::Body;
 
+use super::KeepaliveOptions;
+
 /// HTTP/2 frame type of SETTINGS, which must open the server's preface.
 const SETTINGS_FRAME: u8 = 0x4;
 /// Length of an HTTP/2 frame header.
@@ -33,9 +35,16 @@ const FRAME_HEADER_LEN: usize = 9;
 pub struct Connection {
     sender: SendRequest<Body>,
     address: SocketAddr,
+    /// Which of its subchannel's connections this is (they count from 1).
+    pub(crate) serial: u64,
 }
 
 impl Connection {
+    /// Whether hyper knows the connection is closed: it takes no request.
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
+
     /// Sends one request on this connection (waits for stream capacity
     /// first: hyper holds it until the peer's stream limit allows).
     pub async fn send(
@@ -74,6 +83,7 @@ impl fmt::Debug for Connection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Connection")
             .field("address", &self.address)
+            .field("serial", &self.serial)
             .field("closed", &self.sender.is_closed())
             .finish()
     }
@@ -174,9 +184,30 @@ impl std::error::Error for Closed {
     }
 }
 
+impl Closed {
+    /// Whether the server ended the connection for pinging too often
+    /// (gRFC A8): a GOAWAY with ENHANCE_YOUR_CALM. C-core also reads the
+    /// GOAWAY's debug data ("too_many_pings"), which hyper does not expose.
+    pub(crate) fn too_many_pings(&self) -> bool {
+        let Closed::Error(e) = self else {
+            return false;
+        };
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+        while let Some(e) = source {
+            if let Some(h2) = e.downcast_ref::<h2::Error>() {
+                return h2.is_go_away()
+                    && h2.is_remote()
+                    && h2.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM);
+            }
+            source = e.source();
+        }
+        false
+    }
+}
+
 /// Shows an error with its sources: hyper's own message is only the kind
 /// ("connection error"), the cause is in the source.
-struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
 
 impl fmt::Display for Chain<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -227,8 +258,9 @@ impl Drop for ConnectionTask {
 pub(crate) async fn connect(
     address: SocketAddr,
     timeout: Duration,
+    keepalive: Option<KeepaliveOptions>,
 ) -> Result<(Connection, ConnectionTask), ConnectError> {
-    match tokio::time::timeout(timeout, attempt(address)).await {
+    match tokio::time::timeout(timeout, attempt(address, keepalive)).await {
         Ok(result) => result,
         // Dropping the attempt dropped its ConnectionTask, if any: aborted.
         Err(_) => Err(ConnectError::TimedOut {
@@ -238,7 +270,10 @@ pub(crate) async fn connect(
     }
 }
 
-async fn attempt(address: SocketAddr) -> Result<(Connection, ConnectionTask), ConnectError> {
+async fn attempt(
+    address: SocketAddr,
+    keepalive: Option<KeepaliveOptions>,
+) -> Result<(Connection, ConnectionTask), ConnectError> {
     let stream = TcpStream::connect(address)
         .await
         .map_err(|source| ConnectError::Connect { address, source })?;
@@ -248,8 +283,17 @@ async fn attempt(address: SocketAddr) -> Result<(Connection, ConnectionTask), Co
     }
     let (settings_tx, settings_rx) = oneshot::channel();
     let io = TokioIo::new(PrefaceWatch::new(stream, settings_tx));
-    let (sender, connection) = http2::Builder::new(TokioExecutor::new())
-        .timer(TokioTimer::new())
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder.timer(TokioTimer::new());
+    if let Some(k) = keepalive {
+        // gRFC A8: a PING every `time`; no answer within `timeout` ends
+        // the connection (hyper's keep-alive error).
+        builder
+            .keep_alive_interval(k.time)
+            .keep_alive_timeout(k.timeout)
+            .keep_alive_while_idle(k.permit_without_calls);
+    }
+    let (sender, connection) = builder
         .handshake::<_, Body>(io)
         .await
         .map_err(|source| ConnectError::Handshake { address, source })?;
@@ -263,7 +307,14 @@ async fn attempt(address: SocketAddr) -> Result<(Connection, ConnectionTask), Co
         reason = task.closed() => return Err(ConnectError::Closed { address, reason }),
     };
     match first {
-        Ok(FirstFrame::Settings) => Ok((Connection { sender, address }, task)),
+        Ok(FirstFrame::Settings) => Ok((
+            Connection {
+                sender,
+                address,
+                serial: 0,
+            },
+            task,
+        )),
         Ok(FirstFrame::Other(frame_type)) => Err(ConnectError::NotHttp2 {
             address,
             frame_type,
@@ -380,7 +431,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     async fn connect_ok(address: SocketAddr) -> (Connection, ConnectionTask) {
-        connect(address, WAIT).await.expect("connect")
+        connect(address, WAIT, None).await.expect("connect")
     }
 
     #[tokio::test]
@@ -398,7 +449,7 @@ mod tests {
     #[tokio::test]
     async fn refused_says_so() {
         let addr = refused_addr().await;
-        let error = connect(addr, WAIT).await.expect_err("refused");
+        let error = connect(addr, WAIT, None).await.expect_err("refused");
         assert!(matches!(error, ConnectError::Connect { .. }), "{error:?}");
         let message = error.to_string();
         assert!(
@@ -411,7 +462,7 @@ mod tests {
     async fn a_silent_server_times_out() {
         let (addr, _closed) = silent_server().await;
         let started = tokio::time::Instant::now();
-        let error = connect(addr, Duration::from_secs(3))
+        let error = connect(addr, Duration::from_secs(3), None)
             .await
             .expect_err("silent");
         assert!(matches!(error, ConnectError::TimedOut { .. }), "{error:?}");
@@ -434,7 +485,7 @@ mod tests {
                 tokio::time::sleep(WAIT).await;
             }
         });
-        let error = connect(addr, WAIT).await.expect_err("HTTP/1.1");
+        let error = connect(addr, WAIT, None).await.expect_err("HTTP/1.1");
         assert!(
             matches!(
                 error,
@@ -459,7 +510,7 @@ mod tests {
             // Accept and close at once.
             let _ = listener.accept().await;
         });
-        let error = connect(addr, WAIT).await.expect_err("closed");
+        let error = connect(addr, WAIT, None).await.expect_err("closed");
         assert!(matches!(error, ConnectError::Closed { .. }), "{error:?}");
         log::info!("closed before SETTINGS: {error}");
     }

@@ -19,6 +19,7 @@ mod connection;
 mod pool;
 mod state;
 
+pub(crate) use connection::Chain;
 pub use connection::{Connection, SendError};
 pub use pool::SubchannelPool;
 pub use state::ConnectivityState;
@@ -57,6 +58,51 @@ pub struct SubchannelOptions {
     pub min_connect_timeout: Duration,
     /// Seeds the backoff's jitter, for reproducible delays (tests).
     pub backoff_seed: Option<u64>,
+    /// HTTP/2 keepalive (gRFC A8); off by default, as in gRPC clients.
+    pub keepalive: Option<KeepaliveOptions>,
+}
+
+/// HTTP/2 keepalive as gRFC A8 and C-core define it: a connection that
+/// does not answer a PING sent every `time` within `timeout` is closed
+/// (its calls fail UNAVAILABLE, the subchannel leaves READY and the
+/// policies move new calls elsewhere). A server that ends the connection
+/// for pinging too often (GOAWAY ENHANCE_YOUR_CALM) makes the subchannel
+/// double `time` for its next connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeepaliveOptions {
+    /// How long between PINGs (`GRPC_ARG_KEEPALIVE_TIME_MS`).
+    pub time: Duration,
+    /// How long a PING may go unanswered (`GRPC_ARG_KEEPALIVE_TIMEOUT_MS`,
+    /// 20 s by default).
+    pub timeout: Duration,
+    /// Whether to ping a connection with no call open
+    /// (`GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS`, false by default).
+    pub permit_without_calls: bool,
+}
+
+impl KeepaliveOptions {
+    /// A PING every `time`, answered within C-core's default 20 s, only
+    /// while calls are open.
+    pub fn new(time: Duration) -> Self {
+        KeepaliveOptions {
+            time,
+            timeout: Duration::from_secs(20),
+            permit_without_calls: false,
+        }
+    }
+
+    /// This with `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// This with pings while no call is open when `on`.
+    pub fn permit_without_calls(mut self, on: bool) -> Self {
+        self.permit_without_calls = on;
+        self
+    }
 }
 
 impl Default for SubchannelOptions {
@@ -65,6 +111,7 @@ impl Default for SubchannelOptions {
             backoff: BackoffConfig::default(),
             min_connect_timeout: Duration::from_secs(20),
             backoff_seed: None,
+            keepalive: None,
         }
     }
 }
@@ -77,6 +124,7 @@ pub type StateListener = Arc<dyn Fn(SubchannelId, SocketAddr, ConnectivityState)
 
 /// Counters and state of one subchannel, for status pages.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[non_exhaustive]
 pub struct SubchannelStats {
     /// The backend's address.
     pub address: String,
@@ -95,6 +143,10 @@ pub struct SubchannelStats {
     /// Why the last attempt failed or the last connection closed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+    /// The keepalive time its next connection uses (doubled by each
+    /// too_many_pings GOAWAY), when keepalive is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keepalive_time_ms: Option<u64>,
 }
 
 /// A handle to one subchannel; clones are cheap and share it. Equal when
@@ -174,6 +226,15 @@ struct Shared {
     state_tx: watch::Sender<ConnectivityState>,
     last_error: Mutex<Option<String>>,
     connection: ArcSwapOption<Connection>,
+    /// The serial of the last connection a call found going away
+    /// ([`Subchannel::connection_lost`]); the task then lets it go.
+    lost: AtomicU64,
+    /// Wakes the task when a call reports its connection lost.
+    lost_wake: Notify,
+    /// Keepalive as configured, and its current time (doubled on each
+    /// too_many_pings GOAWAY).
+    keepalive: Option<KeepaliveOptions>,
+    keepalive_time_ms: AtomicU64,
     calls_started: AtomicU64,
     calls_succeeded: AtomicU64,
     calls_failed: AtomicU64,
@@ -205,6 +266,29 @@ impl Shared {
         (self.listener)(self.id, self.address, new);
     }
 
+    /// Doubles the keepalive time after a too_many_pings GOAWAY, as C-core
+    /// does (capped at i32::MAX ms, C-core's integer).
+    fn throttle_keepalive(&self) {
+        let old = self.keepalive_time_ms.load(Ordering::Relaxed);
+        let new = old.saturating_mul(2).min(i32::MAX as u64);
+        self.keepalive_time_ms.store(new, Ordering::Relaxed);
+        log::warn!(
+            "subchannel {}: the server sent too_many_pings: keepalive time {old} ms -> {new} ms",
+            self.address
+        );
+    }
+
+    /// Completes once a call reported connection `serial` lost.
+    async fn lost(&self, serial: u64) {
+        loop {
+            let notified = self.lost_wake.notified();
+            if self.lost.load(Ordering::Acquire) == serial {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Waits in IDLE until a connection is requested, then moves to CONNECTING.
     async fn requested(&self) {
         loop {
@@ -231,20 +315,43 @@ async fn run(shared: Arc<Shared>, options: SubchannelOptions) {
         Some(seed) => Backoff::with_seed(options.backoff, seed),
         None => Backoff::new(options.backoff),
     };
+    let mut serial = 0;
     loop {
         shared.requested().await;
         // gRPC: an attempt may take as long as the delay before the next one.
         let delay = backoff.next_delay();
         let timeout = delay.max(options.min_connect_timeout);
         shared.connect_attempts.fetch_add(1, Ordering::Relaxed);
-        match connection::connect(shared.address, timeout).await {
-            Ok((conn, mut task)) => {
+        let keepalive = shared.keepalive.map(|mut k| {
+            k.time = Duration::from_millis(shared.keepalive_time_ms.load(Ordering::Relaxed));
+            k
+        });
+        match connection::connect(shared.address, timeout, keepalive).await {
+            Ok((mut conn, mut task)) => {
                 backoff.reset();
+                serial += 1;
+                conn.serial = serial;
                 shared.connection.store(Some(Arc::new(conn)));
                 shared.set_state(ConnectivityState::Ready, None);
-                let closed = task.closed().await;
+                let why = tokio::select! {
+                    closed = task.closed() => {
+                        if keepalive.is_some() && closed.too_many_pings() {
+                            shared.throttle_keepalive();
+                        }
+                        closed.to_string()
+                    }
+                    () = shared.lost(serial) => {
+                        // Calls already on it finish there (a GOAWAY's
+                        // streams go on); new ones wait for a new one.
+                        tokio::spawn(async move {
+                            let closed = task.closed().await;
+                            log::debug!("a connection let go of ended: {closed}");
+                        });
+                        "connection going away: it gave a request back unsent".to_owned()
+                    }
+                };
                 shared.connection.store(None);
-                shared.set_state(ConnectivityState::Idle, Some(closed.to_string()));
+                shared.set_state(ConnectivityState::Idle, Some(why));
             }
             Err(e) => {
                 shared.set_state(ConnectivityState::TransientFailure, Some(e.to_string()));
@@ -278,6 +385,14 @@ impl Subchannel {
             calls_failed: AtomicU64::new(0),
             calls_in_flight: AtomicU64::new(0),
             connect_attempts: AtomicU64::new(0),
+            lost: AtomicU64::new(0),
+            lost_wake: Notify::new(),
+            keepalive: options.keepalive,
+            keepalive_time_ms: AtomicU64::new(
+                options
+                    .keepalive
+                    .map_or(0, |k| u64::try_from(k.time.as_millis()).unwrap_or(u64::MAX)),
+            ),
             listener,
         });
         let task = match runtime {
@@ -356,9 +471,34 @@ impl Subchannel {
         self.shared().state.fetch_and(!REQUESTED, Ordering::AcqRel) & REQUESTED != 0
     }
 
-    /// The connection, only while READY.
+    /// The connection, only while READY and open: one hyper knows is
+    /// closed is reported lost ([`Subchannel::connection_lost`]) instead.
     pub fn connection(&self) -> Option<Connection> {
-        self.shared().connection.load().as_deref().cloned()
+        let connection = self.shared().connection.load().as_deref().cloned()?;
+        if connection.is_closed() {
+            self.connection_lost(&connection);
+            return None;
+        }
+        Some(connection)
+    }
+
+    /// A call found `connection` going away (it gave a request back
+    /// unsent, or hyper reports it closed): it is handed out no more, and
+    /// the subchannel goes IDLE at once, so the policies publish a picker
+    /// that knows, while calls already on it finish there. A report about
+    /// an older connection changes nothing.
+    pub fn connection_lost(&self, connection: &Connection) {
+        let shared = self.shared();
+        let current = shared.connection.load_full();
+        if current
+            .as_ref()
+            .is_some_and(|c| c.serial == connection.serial)
+        {
+            // Only that connection: the task may have stored a newer one.
+            shared.connection.compare_and_swap(&current, None);
+            shared.lost.store(connection.serial, Ordering::Release);
+            shared.lost_wake.notify_one();
+        }
     }
 
     /// A receiver of the state, current value first.
@@ -388,6 +528,16 @@ impl Subchannel {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
     }
 
+    /// Takes back a [`Subchannel::call_started`] whose request the
+    /// connection gave back unsent: it did not go out here.
+    pub fn call_released(&self) {
+        let shared = self.shared();
+        for counter in [&shared.calls_started, &shared.calls_in_flight] {
+            let _ =
+                counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        }
+    }
+
     /// Its counters and state.
     pub fn stats(&self) -> SubchannelStats {
         let shared = self.shared();
@@ -400,6 +550,10 @@ impl Subchannel {
             calls_in_flight: shared.calls_in_flight.load(Ordering::Relaxed),
             connect_attempts: shared.connect_attempts.load(Ordering::Relaxed),
             last_error: self.last_error(),
+            keepalive_time_ms: shared
+                .keepalive
+                .as_ref()
+                .map(|_| shared.keepalive_time_ms.load(Ordering::Relaxed)),
         }
     }
 }
@@ -601,6 +755,7 @@ pub(super) mod tests {
                 calls_in_flight: 0,
                 connect_attempts: 1,
                 last_error: None,
+                keepalive_time_ms: None,
             }
         );
         let json = serde_json::to_value(&stats).expect("json");

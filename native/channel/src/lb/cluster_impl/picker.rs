@@ -15,7 +15,11 @@ struct InFlight(Arc<AtomicU64>);
 
 impl CallTracker for InFlight {
     fn finished(&self, _ok: bool) {
-        // Each pick that counted a call is finished exactly once.
+        // Each pick that counted a call is finished or released exactly once.
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn released(&self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -34,7 +34,12 @@ impl Outstanding {
 impl CallTracker for Outstanding {
     fn finished(&self, _ok: bool) {
         // The tracker is pushed only after `started`, and the channel tells
-        // each pick's trackers exactly once, so this never goes below zero.
+        // each pick's trackers exactly once (finished or released), so this
+        // never goes below zero.
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn released(&self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

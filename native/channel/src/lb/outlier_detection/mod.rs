@@ -180,6 +180,8 @@ pub struct OutlierDetection {
     /// schedule).
     timer_start: Option<Instant>,
     picker: Option<SharedPicker>,
+    /// Ejections made so far (as grpc-go's `ejections_enforced` counts).
+    ejections: u64,
 }
 
 impl Default for OutlierDetection {
@@ -198,6 +200,7 @@ impl OutlierDetection {
             ejected: HashSet::new(),
             child: None,
             timer: None,
+            ejections: 0,
             timer_start: None,
             picker: None,
         }
@@ -245,6 +248,7 @@ impl OutlierDetection {
         };
         e.ejected_at = Some(now);
         e.multiplier = e.multiplier.saturating_add(1);
+        self.ejections += 1;
         log::info!(
             "{}: outlier_detection: endpoint {:?} ejected (multiplier {})",
             ctx.target,
@@ -447,6 +451,7 @@ impl LbPolicy for OutlierDetection {
                 self.endpoints.len()
             ),
         )];
+        facts.push(("ejections".to_owned(), self.ejections.to_string()));
         if let Some(c) = &self.config {
             facts.push(("interval_ms".to_owned(), c.interval.as_millis().to_string()));
             facts.push((
