@@ -1,28 +1,45 @@
 #!/usr/bin/env bash
 # The proxyless channel's benchmark (native/channel/benches/channel.rs), in release
-# mode, everything in one process on 127.0.0.1:
+# mode, on loopback (the instructions section runs its client in a process
+# of its own under callgrind):
 #   1. one EDS update of 10,000 endpoints applied to the LB tree: time and
 #      RSS growth (goals <= 50 ms, <= 50 MB);
-#   2. picks through the xDS picker chain, round robin, least_request and
+#   2. update cost: 1,000 clusters x 100 endpoints with one endpoint's
+#      health changed (goal <= 1 ms), one cluster of 100,000 endpoints in
+#      1,000 localities (goals <= 500 ms, <= 300 MB);
+#   3. picks through the xDS picker chain, round robin, least_request and
 #      round robin with outlier_detection (divan; goal <= 100 ns);
-#   3. unary Echo calls to three in-process tonic servers at concurrency 1
+#   4. unary Echo calls to three in-process tonic servers at concurrency 1
 #      and 64: plain tonic, tonic balance_list, tether::Channel static (one
 #      endpoint and three), with sessions (one jar; a jar per task) and over
 #      xDS from tether-control's library, least_request over three, and
 #      round robin with outlier detection over xDS (goals: >= 0.95 x plain
 #      tonic's calls/s, p99 within 10%; sessions >= 0.95 x the same channel
-#      without; least_request and outlier detection >= 0.95 x round robin).
+#      without; least_request and outlier detection >= 0.95 x round robin);
+#   5. instructions per unary call under valgrind's callgrind, the client in
+#      a process of its own: plain tonic, tether::Channel over the same one
+#      endpoint, and with a session (goals <= 1.05 x plain tonic, sessions
+#      <= 1.05 x without); wall-clock ratios on a shared 2-core machine swing
+#      by several percent between rounds, instruction counts do not.
 #
 #   scripts/bench-channel.sh            full run: 5 rounds x 18 runs x 3.5 s, 3 EDS rounds (about 6 minutes)
 #   scripts/bench-channel.sh --quick    a smoke run (0.3 s per configuration), under 30 s once built
 # Options (passed to the bench binary): --duration SECS  --warmup SECS  --rounds N
-#   --eds-rounds N  --only eds,picker,throughput
+#   --eds-rounds N  --only eds,updates,picker,throughput,instructions
 #   --kinds plain,balance,one,static,session,sessions,xds,least_request,outlier_detection
 # Exits non-zero when a configuration fails calls or a part cannot run;
 # missed goals are reported, not failures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
 esac
+. scripts/retry.sh
+if ! command -v valgrind >/dev/null; then
+  sudo_=""; [ "$(id -u)" = 0 ] || sudo_=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  retry $sudo_ apt-get update -qq || true
+  retry $sudo_ apt-get install -y -qq --no-install-recommends valgrind >/dev/null ||
+    echo "bench-channel: valgrind could not be installed: the instructions section will fail (or pass --only eds,updates,picker,throughput)" >&2
+fi
 exec cargo bench --quiet -p tether --bench channel -- "$@"

@@ -1,15 +1,19 @@
 //! The channel benchmark, side by side in one run: `scripts/bench-channel.sh`
-//! (`cargo bench -p tether --bench channel -- [--quick] [--only eds,picker,throughput] [--kinds plain,...]`).
+//! (`cargo bench -p tether --bench channel -- [--quick] [--only eds,updates,picker,throughput,instructions] [--kinds plain,...]`).
 //!
 //! 1. EDS: one update of a cluster with 10,000 endpoints (10 localities)
 //!    applied to the LB tree's root (`xds_cluster_manager`) on a real
 //!    `SubchannelPool`: time, and RSS growth with all 10,000 subchannels
 //!    alive. Goals ≤ 50 ms, ≤ 50 MB.
-//! 2. Picks (divan): through the picker chain the real policies build for
+//! 2. Update cost: 1,000 clusters x 100 endpoints, one endpoint's health
+//!    changed in one of them (unchanged clusters are not updated: goal
+//!    ≤ 1 ms), and one cluster of 100,000 endpoints in 1,000 localities
+//!    (goals ≤ 500 ms, ≤ 300 MB once every subchannel tried).
+//! 3. Picks (divan): through the picker chain the real policies build for
 //!    round robin over three READY subchannels, and a bare round_robin
 //!    picker; the same for least_request (gRFC A48) and with
 //!    outlier_detection (gRFC A50) above the chain. Goal ≤ 100 ns.
-//! 3. Unary Echo calls to in-process tonic servers at concurrency 1 and 64:
+//! 4. Unary Echo calls to in-process tonic servers at concurrency 1 and 64:
 //!    plain tonic, tonic `balance_list`, `tether::Channel` static and over
 //!    xDS (tether-control's library in-process). Goals: tether ≥ 0.95 ×
 //!    plain tonic's calls/s, p99 within 10%; least_request and
@@ -17,8 +21,11 @@
 //!    every row) ≥ 0.95 × round robin's calls/s; round robin with outlier
 //!    detection (over xDS) ≥
 //!    0.95 × round robin without it.
+//! 5. Instructions per unary call under callgrind, the client in a process
+//!    of its own: plain tonic, the channel over the same endpoint, and with
+//!    a session. Goals ≤ 1.05 × tonic, sessions ≤ 1.05 × without.
 //!
-//! Everything is on 127.0.0.1. Every loop is bounded by a count or a deadline.
+//! Everything is on loopback (127.0.0.0/8). Every loop is bounded by a count or a deadline.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::SocketAddr;
@@ -56,6 +63,17 @@ const ECHO_PATH: &str = "/tether.demo.v1.Echo/Echo";
 const WAIT: Duration = Duration::from_secs(30);
 
 fn main() -> ExitCode {
+    // A child run under callgrind by the instructions section.
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if raw.first().map(String::as_str) == Some("--count") {
+        return match count_calls(&raw[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench channel --count: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let args = match Args::parse(std::env::args().skip(1)) {
         Ok(a) => a,
         Err(e) => {
@@ -104,6 +122,12 @@ fn main() -> ExitCode {
             Err(e) => summary.fail(format!("EDS: {e}")),
         }
     }
+    if args.sections.contains("updates") {
+        match updates_section(&rt, &args) {
+            Ok(f) => summary.updates = Some(f),
+            Err(e) => summary.fail(format!("updates: {e}")),
+        }
+    }
     if args.sections.contains("picker") {
         match picker_section(&rt, &addrs, &args) {
             Ok(f) => summary.picks = Some(f),
@@ -114,6 +138,12 @@ fn main() -> ExitCode {
         match throughput_section(&rt, &addrs, &args) {
             Ok(rows) => summary.rows = rows,
             Err(e) => summary.fail(format!("throughput: {e}")),
+        }
+    }
+    if args.sections.contains("instructions") {
+        match instructions_section(&addrs, &args) {
+            Ok(rows) => summary.instructions = rows,
+            Err(e) => summary.fail(format!("instructions: {e}")),
         }
     }
     summary.print(&args);
@@ -132,7 +162,10 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "options: --quick | --duration SECS | --warmup SECS | --rounds N | \
---eds-rounds N | --only eds,picker,throughput | --kinds plain,balance,one,static,session,sessions,xds,least_request,weighted_round_robin,outlier_detection";
+--eds-rounds N | --only eds,updates,picker,throughput,instructions | --kinds plain,balance,one,static,session,sessions,xds,least_request,weighted_round_robin,outlier_detection";
+
+/// The benchmark's sections, in the order they run.
+const SECTIONS: [&str; 5] = ["eds", "updates", "picker", "throughput", "instructions"];
 
 struct Args {
     quick: bool,
@@ -153,7 +186,7 @@ impl Args {
             duration: Duration::from_secs(3),
             rounds: 5,
             eds_rounds: 3,
-            sections: ["eds", "picker", "throughput"].map(str::to_owned).into(),
+            sections: SECTIONS.map(str::to_owned).into(),
             kinds: Kind::ALL.to_vec(),
         };
         let secs = |v: Option<String>| -> Result<Duration, String> {
@@ -186,11 +219,7 @@ impl Args {
                 "--only" => {
                     let v = it.next().ok_or("--only needs a value")?;
                     a.sections = v.split(',').map(str::to_owned).collect();
-                    if let Some(bad) = a
-                        .sections
-                        .iter()
-                        .find(|s| !["eds", "picker", "throughput"].contains(&s.as_str()))
-                    {
+                    if let Some(bad) = a.sections.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
                         return Err(format!("unknown section {bad:?}"));
                     }
                 }
@@ -299,13 +328,31 @@ fn cds_config_with(
     localities: u16,
     policy: EndpointPolicy,
 ) -> Result<LbConfig, String> {
+    let endpoints: Vec<(SocketAddr, usize)> = ports
+        .iter()
+        .map(|p| (SocketAddr::from(([127, 0, 0, 1], *p)), usize::from(*p)))
+        .collect();
+    let clusters = leaf_configs(name, &endpoints, usize::from(localities), policy)?;
+    Ok(LbConfig::ClusterManager(cluster_manager::Config {
+        clusters,
+    }))
+}
+
+/// The `cds` configs (one cluster) of `endpoints`, each `(address, n)` in
+/// locality `zone-(n % localities)`.
+fn leaf_configs(
+    name: &str,
+    endpoints: &[(SocketAddr, usize)],
+    localities: usize,
+    policy: EndpointPolicy,
+) -> Result<BTreeMap<Arc<str>, LbConfig>, String> {
     let config = StaticConfig::new(
         name.to_owned(),
-        ports
+        endpoints
             .iter()
-            .map(|p| {
-                let mut e = StaticEndpoint::new(SocketAddr::from(([127, 0, 0, 1], *p)));
-                e.locality = format!("zone-{}", p % localities);
+            .map(|(a, n)| {
+                let mut e = StaticEndpoint::new(*a);
+                e.locality = format!("zone-{}", n % localities);
                 e
             })
             .collect(),
@@ -313,14 +360,11 @@ fn cds_config_with(
     .with_policy(policy)
     .channel_config()
     .map_err(|e| e.to_string())?;
-    let clusters = config
+    Ok(config
         .clusters
         .into_iter()
         .map(|(n, c)| (n, LbConfig::Cds(c)))
-        .collect();
-    Ok(LbConfig::ClusterManager(cluster_manager::Config {
-        clusters,
-    }))
+        .collect())
 }
 
 /// The outlier detection the benchmark turns on: both algorithms with
@@ -928,7 +972,7 @@ fn median_ns<T>(batches: usize, size: u32, mut pick: impl FnMut() -> T) -> f64 {
 }
 
 fn picker_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<PickFigures, String> {
-    println!("\n== 2. Picks (divan; each pick also tells its trackers the call ended)");
+    println!("\n== 3. Picks (divan; each pick also tells its trackers the call ended)");
     let fixture = picker_fixture(rt, addrs)?;
     let _ = PICKER.set(fixture);
     let _ = RING.set(ring_fixture()?);
@@ -1334,7 +1378,7 @@ async fn load(client: &Client, concurrency: usize, warmup: Duration, window: Dur
 
 fn throughput_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<Vec<Row>, String> {
     println!(
-        "\n== 3. Unary Echo calls: {} rounds x {:?} per configuration after {:?} of warm-up",
+        "\n== 4. Unary Echo calls: {} rounds x {:?} per configuration after {:?} of warm-up",
         args.rounds, args.duration, args.warmup
     );
     rt.block_on(async {
@@ -1390,6 +1434,9 @@ struct Summary {
     eds: Option<EdsFigures>,
     picks: Option<PickFigures>,
     rows: Vec<Row>,
+    /// Instructions per call, by configuration.
+    instructions: Vec<(Kind, f64)>,
+    updates: Option<UpdateFigures>,
     failures: Vec<String>,
 }
 
@@ -1569,6 +1616,72 @@ impl Summary {
                 p.least_request_bare_ns
             );
         }
+        if let Some(u) = &self.updates {
+            println!("\nupdate cost (median of the rounds):");
+            println!(
+                "{}",
+                goal_line(
+                    &format!(
+                        "  {} clusters x {} endpoints, one endpoint's health changed: the update, goal ≤ 1 ms",
+                        UPDATE_CLUSTERS, UPDATE_CLUSTER_SIZE
+                    ),
+                    median_dur(&u.one_health) <= Duration::from_millis(1),
+                    &fmt_dur(median_dur(&u.one_health))
+                )
+            );
+            println!(
+                "{}",
+                goal_line(
+                    &format!(
+                        "  one cluster of {} endpoints in {} localities: the first update, goal ≤ 500 ms",
+                        BIG_CLUSTER, BIG_LOCALITIES
+                    ),
+                    median_dur(&u.big) <= Duration::from_millis(500),
+                    &fmt_dur(median_dur(&u.big))
+                )
+            );
+            println!(
+                "{}",
+                goal_line(
+                    "  its memory once every subchannel's attempt was refused (RSS growth), goal ≤ 300 MB",
+                    u.big_rss <= 300 << 20,
+                    &format!("{:.0} MB", mb(u.big_rss))
+                )
+            );
+        }
+        if !self.instructions.is_empty() {
+            let per = |k: Kind| {
+                self.instructions
+                    .iter()
+                    .find(|(kind, _)| *kind == k)
+                    .map(|(_, n)| *n)
+            };
+            println!("\ninstructions per unary call (callgrind, the client process alone):");
+            println!("| configuration | instructions/call | × plain tonic |");
+            println!("|---|---|---|");
+            let plain = per(Kind::Plain).unwrap_or(f64::NAN);
+            for (kind, n) in &self.instructions {
+                println!("| {} | {n:.0} | {:.3} |", kind.label(), n / plain);
+            }
+            if let (Some(one), Some(session)) = (per(Kind::TetherOne), per(Kind::TetherSession)) {
+                println!(
+                    "{}",
+                    goal_line(
+                        "  tether::Channel over one endpoint ≤ 1.05 × plain tonic's instructions",
+                        one <= 1.05 * plain,
+                        &format!("{:.3}", one / plain)
+                    )
+                );
+                println!(
+                    "{}",
+                    goal_line(
+                        "  with sessions (one jar) ≤ 1.05 × the same channel without",
+                        session <= 1.05 * one,
+                        &format!("{:.3}", session / one)
+                    )
+                );
+            }
+        }
         if let Some(e) = &self.eds {
             let first = median_dur(&e.first);
             println!(
@@ -1654,4 +1767,262 @@ fn fmt_dur(d: Duration) -> String {
     } else {
         format!("{:.1} s", us / 1e6)
     }
+}
+
+/// The configurations whose instructions per call are counted: plain tonic,
+/// the channel over the same one endpoint, and the same with a session.
+const COUNTED: [Kind; 3] = [Kind::Plain, Kind::TetherOne, Kind::TetherSession];
+
+/// Child mode, `--count KIND --calls N ADDR...`: `N` sequential calls of
+/// configuration KIND to the parent's backends, on a current-thread runtime,
+/// so that callgrind counts the client alone.
+fn count_calls(args: &[String]) -> Result<(), String> {
+    let [kind, flag, calls, addrs @ ..] = args else {
+        return Err("usage: --count KIND --calls N ADDR...".into());
+    };
+    if flag != "--calls" {
+        return Err(format!("{flag:?}: expected --calls"));
+    }
+    let kind = Kind::ALL
+        .into_iter()
+        .find(|k| k.key() == kind)
+        .ok_or_else(|| format!("{kind:?} is not a configuration"))?;
+    let calls: usize = calls
+        .parse()
+        .map_err(|_| format!("--calls {calls:?} is not a count"))?;
+    let addrs: Vec<SocketAddr> = addrs
+        .iter()
+        .map(|a| a.parse().map_err(|e| format!("{a:?}: {e}")))
+        .collect::<Result<_, _>>()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let mut c = client(kind, &addrs).await?;
+        for i in 0..calls {
+            c.echo()
+                .await
+                .map_err(|e| format!("call {i} failed: {e}"))?;
+        }
+        Ok(())
+    })
+}
+
+/// Total instructions (callgrind's `summary:`) of one child run.
+fn callgrind_total(kind: Kind, calls: usize, addrs: &[SocketAddr]) -> Result<u64, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = std::env::temp_dir().join(format!(
+        "tether-bench-callgrind-{}-{}-{calls}.out",
+        std::process::id(),
+        kind.key()
+    ));
+    let status = std::process::Command::new("valgrind")
+        .args(["--tool=callgrind", "--quiet"])
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(&exe)
+        .args(["--count", kind.key(), "--calls", &calls.to_string()])
+        .args(addrs.iter().map(ToString::to_string))
+        .status()
+        .map_err(|e| format!("run valgrind (apt-get install valgrind): {e}"))?;
+    let text = std::fs::read_to_string(&out);
+    let _ = std::fs::remove_file(&out);
+    if !status.success() {
+        return Err(format!(
+            "{}: {calls} calls under callgrind: {status}",
+            kind.key()
+        ));
+    }
+    let text = text.map_err(|e| format!("read {}: {e}", out.display()))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("summary:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| format!("no summary line in {}", out.display()))
+}
+
+/// Instructions per unary call of each [`COUNTED`] configuration, from two
+/// runs with different call counts (their difference leaves out start-up
+/// and connecting); the backends stay in this process, so only the client
+/// is counted.
+fn instructions_section(addrs: &[SocketAddr], args: &Args) -> Result<Vec<(Kind, f64)>, String> {
+    let (few, many) = if args.quick { (50, 150) } else { (300, 1300) };
+    println!(
+        "\n== 5. Instructions per unary call under callgrind: ({many} calls − {few} calls) / {}",
+        many - few
+    );
+    let mut rows = Vec::new();
+    for kind in COUNTED {
+        let a = callgrind_total(kind, few, addrs)?;
+        let b = callgrind_total(kind, many, addrs)?;
+        let per = b.saturating_sub(a) as f64 / (many - few) as f64;
+        println!(
+            "{}: {per:.0} instructions/call ({a} for {few}, {b} for {many})",
+            kind.label()
+        );
+        rows.push((kind, per));
+    }
+    Ok(rows)
+}
+
+/// Clusters in the many-clusters update row, and endpoints in each.
+const UPDATE_CLUSTERS: usize = 1_000;
+const UPDATE_CLUSTER_SIZE: usize = 100;
+/// Endpoints and localities of the one big cluster.
+const BIG_CLUSTER: usize = 100_000;
+const BIG_LOCALITIES: usize = 1_000;
+
+/// What the update-cost rows measured.
+struct UpdateFigures {
+    /// Per round: one endpoint's health changed in one of the clusters.
+    one_health: Vec<Duration>,
+    /// Per round: the first update of the big cluster.
+    big: Vec<Duration>,
+    /// First round: RSS growth once the big cluster's attempts settled.
+    big_rss: i64,
+}
+
+/// `n` addresses on 127.1.0.0/16 and up, port 1 (nothing listens: each
+/// connection attempt is refused at once), numbered from `from`.
+fn loopback_addresses(from: usize, n: usize) -> Vec<(SocketAddr, usize)> {
+    (from..from + n)
+        .map(|i| {
+            let ip = [
+                127,
+                1 + (i / 62_500) as u8,
+                ((i / 250) % 250) as u8,
+                (i % 250 + 1) as u8,
+            ];
+            (SocketAddr::from((ip, 1)), i)
+        })
+        .collect()
+}
+
+/// The update cost rows: an update's work follows what changed.
+fn updates_section(rt: &Runtime, args: &Args) -> Result<UpdateFigures, String> {
+    println!(
+        "\n== 2. Update cost: {UPDATE_CLUSTERS} clusters x {UPDATE_CLUSTER_SIZE} endpoints with one \
+         endpoint's health changed; one cluster of {BIG_CLUSTER} endpoints in {BIG_LOCALITIES} localities"
+    );
+    let mut options = SubchannelOptions::default();
+    options.backoff.initial = Duration::from_secs(60);
+    let _entered = rt.enter();
+    let mut f = UpdateFigures {
+        one_health: Vec::new(),
+        big: Vec::new(),
+        big_rss: 0,
+    };
+    // The big cluster first: its memory is read before the heap grew.
+    let big = leaf_configs(
+        "big",
+        &loopback_addresses(0, BIG_CLUSTER),
+        BIG_LOCALITIES,
+        EndpointPolicy::RoundRobin,
+    )?;
+    for round in 0..args.eds_rounds {
+        let p = CountingPool::new(options.clone());
+        let mut next_timer = 0;
+        let mut root = ClusterManager::new();
+        let config = LbConfig::ClusterManager(cluster_manager::Config {
+            clusters: big.clone(),
+        });
+        let rss0 = rss();
+        let started = Instant::now();
+        {
+            let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "updates-bench");
+            root.update(&mut ctx, config);
+        }
+        let took = started.elapsed();
+        p.wait_refused(BIG_CLUSTER)?;
+        let grown = rss() - rss0;
+        println!(
+            "round {}: one cluster of {BIG_CLUSTER} endpoints: first update {} (RSS +{:.0} MB once every attempt was refused)",
+            round + 1,
+            fmt_dur(took),
+            mb(grown)
+        );
+        if round == 0 {
+            f.big_rss = grown;
+        }
+        f.big.push(took);
+        drop(root);
+        drop(p);
+    }
+    // The many clusters, as the resolver hands them over: an unchanged
+    // cluster keeps its resources (the same allocations).
+    let mut clusters = BTreeMap::new();
+    for c in 0..UPDATE_CLUSTERS {
+        let endpoints = loopback_addresses(c * UPDATE_CLUSTER_SIZE, UPDATE_CLUSTER_SIZE);
+        clusters.extend(leaf_configs(
+            &format!("cluster-{c}"),
+            &endpoints,
+            10,
+            EndpointPolicy::RoundRobin,
+        )?);
+    }
+    let changed = {
+        let mut next = clusters.clone();
+        let key: Arc<str> = Arc::from(format!("cluster-{}", UPDATE_CLUSTERS / 2).as_str());
+        let Some(LbConfig::Cds(cds::Config::Leaf(leaf))) = next.get_mut(&key) else {
+            return Err(format!("no leaf {key}"));
+        };
+        let mut endpoints = (*leaf.endpoints).clone();
+        let first = endpoints
+            .priorities
+            .first_mut()
+            .and_then(|p| p.localities.first_mut())
+            .and_then(|l| l.endpoints.first_mut())
+            .ok_or("a cluster without endpoints")?;
+        first.health = tether::lb::HealthStatus::Draining;
+        leaf.endpoints = Arc::new(endpoints);
+        next
+    };
+    for round in 0..args.eds_rounds {
+        let p = CountingPool::new(options.clone());
+        let mut next_timer = 0;
+        let mut root = ClusterManager::new();
+        {
+            let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "updates-bench");
+            root.update(
+                &mut ctx,
+                LbConfig::ClusterManager(cluster_manager::Config {
+                    clusters: clusters.clone(),
+                }),
+            );
+        }
+        // The subchannels' state changes stay queued: the tree sends each
+        // to every cluster (a known cost, not this row's), and the update
+        // measured below does not depend on them.
+        p.wait_refused(UPDATE_CLUSTERS * UPDATE_CLUSTER_SIZE)?;
+        // The same clusters again: nothing to do but compare.
+        let same = LbConfig::ClusterManager(cluster_manager::Config {
+            clusters: clusters.clone(),
+        });
+        let started = Instant::now();
+        {
+            let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "updates-bench");
+            root.update(&mut ctx, same);
+        }
+        let unchanged = started.elapsed();
+        let config = LbConfig::ClusterManager(cluster_manager::Config {
+            clusters: changed.clone(),
+        });
+        let started = Instant::now();
+        {
+            let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "updates-bench");
+            root.update(&mut ctx, config);
+        }
+        let took = started.elapsed();
+        println!(
+            "round {}: {UPDATE_CLUSTERS} x {UPDATE_CLUSTER_SIZE}, one endpoint DRAINING: {} (the same clusters again: {})",
+            round + 1,
+            fmt_dur(took),
+            fmt_dur(unchanged)
+        );
+        f.one_health.push(took);
+        drop(root);
+        drop(p);
+    }
+    drop(clusters);
+    drop(changed);
+    Ok(f)
 }

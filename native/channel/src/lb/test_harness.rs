@@ -86,3 +86,48 @@ impl<P: LbPolicy> Harness<P> {
         panic!("no timer within 10,000 events");
     }
 }
+
+/// A custom policy that counts the updates it is given (READY, with a
+/// queueing picker), for tests of parents that should not update it.
+pub(crate) struct CountingBuilder(pub Arc<std::sync::atomic::AtomicUsize>);
+
+struct Counting(Arc<std::sync::atomic::AtomicUsize>);
+
+impl super::LbPolicy for Counting {
+    fn update(&mut self, _: &mut Ctx<'_>, _: super::LbConfig) -> bool {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        true
+    }
+    fn event(&mut self, _: &mut Ctx<'_>, _: &super::Event) -> bool {
+        false
+    }
+    fn state(&self) -> super::ConnectivityState {
+        super::ConnectivityState::Ready
+    }
+    fn picker(&self) -> super::SharedPicker {
+        super::queue_picker()
+    }
+    fn stats(&self) -> super::PolicyStats {
+        super::PolicyStats {
+            policy: "test.counting",
+            name: None,
+            state: self.state(),
+            facts: Vec::new(),
+            endpoints: Vec::new(),
+            sessions: Vec::new(),
+            children: Vec::new(),
+        }
+    }
+}
+
+impl super::PolicyBuilder for CountingBuilder {
+    fn name(&self) -> &'static str {
+        "test.counting"
+    }
+    fn parse_config(&self, _: &serde_json::Value) -> Result<super::ParsedConfig, String> {
+        Ok(Arc::new(()))
+    }
+    fn build(&self) -> Box<dyn super::LbPolicy> {
+        Box::new(Counting(self.0.clone()))
+    }
+}

@@ -63,7 +63,39 @@ pub enum Config {
     },
 }
 
+impl LeafCluster {
+    /// The same cluster and endpoints: the same resources as the XdsClient
+    /// cached them (a pointer compare), or equal ones.
+    fn same_as(&self, other: &LeafCluster) -> bool {
+        self.name == other.name
+            && (Arc::ptr_eq(&self.cluster, &other.cluster) || self.cluster == other.cluster)
+            && (Arc::ptr_eq(&self.endpoints, &other.endpoints) || self.endpoints == other.endpoints)
+    }
+}
+
 impl Config {
+    /// Whether `other` would change nothing in the cluster's subtree: an
+    /// update with it can be skipped. Resources the XdsClient did not
+    /// replace are the same allocations, so this is a few pointer compares
+    /// for an unchanged cluster.
+    pub fn same_as(&self, other: &Config) -> bool {
+        match (self, other) {
+            (Config::Leaf(a), Config::Leaf(b)) => a.same_as(b),
+            (
+                Config::Aggregate {
+                    name: a,
+                    leaves: la,
+                },
+                Config::Aggregate {
+                    name: b,
+                    leaves: lb,
+                },
+            ) => a == b && la.len() == lb.len() && la.iter().zip(lb).all(|(x, y)| x.same_as(y)),
+            (a @ Config::Error { .. }, b @ Config::Error { .. }) => a == b,
+            _ => false,
+        }
+    }
+
     /// The cluster's name.
     pub fn name(&self) -> &Arc<str> {
         match self {

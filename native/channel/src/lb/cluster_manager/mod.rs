@@ -58,7 +58,8 @@ impl Picker for ClusterPicker {
 
 /// The `xds_cluster_manager` policy.
 pub struct ClusterManager {
-    children: BTreeMap<Arc<str>, Child>,
+    /// Each cluster's policy and the config it was last given.
+    children: BTreeMap<Arc<str>, (Child, LbConfig)>,
     state: ConnectivityState,
     picker: SharedPicker,
 }
@@ -80,15 +81,23 @@ impl ClusterManager {
     }
 
     fn refresh(&mut self) -> bool {
-        self.state = aggregate_state(self.children.values().map(|c| c.get().state()));
+        self.state = aggregate_state(self.children.values().map(|(c, _)| c.get().state()));
         self.picker = Arc::new(ClusterPicker {
             clusters: self
                 .children
                 .iter()
-                .map(|(name, c)| (name.clone(), c.get().picker()))
+                .map(|(name, (c, _))| (name.clone(), c.get().picker()))
                 .collect(),
         });
         true
+    }
+}
+
+/// Whether `new` would change nothing under a cluster last given `last`.
+fn same_config(last: &LbConfig, new: &LbConfig) -> bool {
+    match (last, new) {
+        (LbConfig::Cds(a), LbConfig::Cds(b)) => a.same_as(b),
+        (a, b) => a == b,
     }
 }
 
@@ -97,24 +106,34 @@ impl LbPolicy for ClusterManager {
         let LbConfig::ClusterManager(config) = config else {
             return false;
         };
+        let before = self.children.len();
         self.children
             .retain(|name, _| config.clusters.contains_key(name));
+        // The picker lists the clusters: rebuilt when one goes too.
+        let mut changed = self.children.len() != before;
         for (name, child) in config.clusters {
             match self.children.get_mut(&name) {
-                Some(c) => {
+                // An unchanged cluster's subtree is left as it is: an update
+                // costs what changed.
+                Some((_, last)) if same_config(last, &child) => {}
+                Some((c, last)) => {
+                    *last = child.clone();
                     c.update(ctx, child);
+                    changed = true;
                 }
                 None => {
                     log::debug!("{}: cluster {name} added", ctx.target);
-                    self.children.insert(name, Child::new(ctx, child));
+                    let c = Child::new(ctx, child.clone());
+                    self.children.insert(name, (c, child));
+                    changed = true;
                 }
             }
         }
-        self.refresh()
+        changed && self.refresh()
     }
 
     fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
-        event_to_all(ctx, event, self.children.values_mut()) && self.refresh()
+        event_to_all(ctx, event, self.children.values_mut().map(|(c, _)| c)) && self.refresh()
     }
 
     fn state(&self) -> ConnectivityState {
@@ -133,7 +152,79 @@ impl LbPolicy for ClusterManager {
             facts: Vec::new(),
             endpoints: Vec::new(),
             sessions: Vec::new(),
-            children: self.children.values().map(|c| c.get().stats()).collect(),
+            children: self
+                .children
+                .values()
+                .map(|(c, _)| c.get().stats())
+                .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::lb::registry::{custom_policy, PolicyBuilder};
+    use crate::lb::test_harness::{endpoint, CountingBuilder, Harness};
+    use crate::lb::CustomConfig;
+
+    /// An update costs what changed: clusters whose config did not change
+    /// are not updated, and nothing changes when nothing did.
+    #[tokio::test]
+    async fn only_changed_clusters_are_updated() {
+        let (a_updates, b_updates) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let a: Arc<dyn PolicyBuilder> = Arc::new(CountingBuilder(a_updates.clone()));
+        let b: Arc<dyn PolicyBuilder> = Arc::new(CountingBuilder(b_updates.clone()));
+        let cluster = |builder: &Arc<dyn PolicyBuilder>, address: &str| {
+            LbConfig::Custom(CustomConfig {
+                endpoints: vec![endpoint(&[address])],
+                policy: custom_policy(builder, serde_json::json!({})).unwrap(),
+            })
+        };
+        let config = |b_address: &str| {
+            LbConfig::ClusterManager(Config {
+                clusters: [
+                    (Arc::from("a"), cluster(&a, "10.0.0.1:80")),
+                    (Arc::from("b"), cluster(&b, b_address)),
+                ]
+                .into(),
+            })
+        };
+        let mut h = Harness::new(ClusterManager::new());
+        assert!(h.with(|p, ctx| p.update(ctx, config("10.0.0.2:80"))));
+        assert_eq!(
+            (
+                a_updates.load(Ordering::SeqCst),
+                b_updates.load(Ordering::SeqCst)
+            ),
+            (1, 1)
+        );
+        // b's endpoint changes: only b is updated.
+        assert!(h.with(|p, ctx| p.update(ctx, config("10.0.0.3:80"))));
+        assert_eq!(
+            (
+                a_updates.load(Ordering::SeqCst),
+                b_updates.load(Ordering::SeqCst)
+            ),
+            (1, 2)
+        );
+        // The same config again: nothing is updated, nothing changed.
+        assert!(!h.with(|p, ctx| p.update(ctx, config("10.0.0.3:80"))));
+        assert_eq!(
+            (
+                a_updates.load(Ordering::SeqCst),
+                b_updates.load(Ordering::SeqCst)
+            ),
+            (1, 2)
+        );
+        // A cluster that goes changes the picker, the other is left alone.
+        let only_a = LbConfig::ClusterManager(Config {
+            clusters: [(Arc::from("a"), cluster(&a, "10.0.0.1:80"))].into(),
+        });
+        assert!(h.with(|p, ctx| p.update(ctx, only_a)));
+        assert_eq!(a_updates.load(Ordering::SeqCst), 1);
+        assert_eq!(h.policy.stats().children.len(), 1);
     }
 }

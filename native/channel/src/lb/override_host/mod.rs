@@ -75,8 +75,9 @@ pub struct MapEntry {
     /// subchannel wrapper.
     ejected: AtomicBool,
     /// The sessions that used it: session id → `last_used_ms`. Pruned by
-    /// the sweep; read for drain readiness.
-    sessions: Mutex<Sessions>,
+    /// the sweep; read for drain readiness. Shared with the address's
+    /// entry in the next map, so an update never copies it.
+    sessions: Arc<Mutex<Sessions>>,
     /// The sessions recorded in `sessions` lately, direct-mapped by id:
     /// (id, when). A session's next pick within [`RECORD_EVERY_MS`] of its
     /// record takes no lock.
@@ -213,6 +214,21 @@ impl OverrideHost {
                         .map(|(_, a)| *a),
                 );
                 let old = self.map.get(addr);
+                // An address whose endpoint did not change keeps its entry:
+                // an update costs what changed, not what the sessions hold.
+                if let Some(old) = old.filter(|o| o.health == e.health && *o.addresses == *list) {
+                    old.owned
+                        .store(self.owned.contains_key(addr), Ordering::Relaxed);
+                    old.set_subchannel(
+                        self.owned
+                            .get(addr)
+                            .cloned()
+                            .or_else(|| ctx.existing_subchannel(*addr))
+                            .as_ref(),
+                    );
+                    map.insert(*addr, old.clone());
+                    continue;
+                }
                 let entry = MapEntry {
                     health: e.health,
                     addresses: list.into(),
@@ -224,7 +240,7 @@ impl OverrideHost {
                     ejected: AtomicBool::new(
                         old.is_some_and(|o| o.ejected.load(Ordering::Relaxed)),
                     ),
-                    sessions: Mutex::new(old.map(|o| o.sessions().clone()).unwrap_or_default()),
+                    sessions: old.map_or_else(Arc::default, |o| o.sessions.clone()),
                     recent: Default::default(),
                 };
                 entry.set_subchannel(

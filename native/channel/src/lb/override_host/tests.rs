@@ -180,3 +180,29 @@ async fn an_update_re_arms_the_sweep_from_the_update() {
     let fired = h.next_timer().await;
     assert_eq!(fired - start, Duration::from_secs(65));
 }
+
+/// An update costs what changed: an address whose endpoint is unchanged
+/// keeps its entry (sessions and all, nothing copied); one whose health
+/// changed gets a new entry that shares the same session ledger.
+#[tokio::test(start_paused = true)]
+async fn updates_keep_unchanged_entries_and_never_copy_session_ledgers() {
+    let a = refused();
+    let mut h = Harness::new(OverrideHost::new());
+    h.with(|p, ctx| p.update(ctx, config(a)));
+    let first = h.policy.map[&a].clone();
+    first.record_session(7, h.policy.clock.now_ms());
+    // The same endpoint again: the same entry.
+    h.with(|p, ctx| p.update(ctx, config(a)));
+    assert!(Arc::ptr_eq(&first, &h.policy.map[&a]));
+    // Its health changes (DRAINING -> HEALTHY): a new entry, the same ledger.
+    let mut healthy = config(a);
+    if let LbConfig::OverrideHost(c) = &mut healthy {
+        c.endpoints[0].health = HealthStatus::Healthy;
+    }
+    h.with(|p, ctx| p.update(ctx, healthy));
+    let second = h.policy.map[&a].clone();
+    assert!(!Arc::ptr_eq(&first, &second));
+    assert_eq!(second.health, HealthStatus::Healthy);
+    assert!(Arc::ptr_eq(&first.sessions, &second.sessions));
+    assert_eq!(second.sessions().len(), 1);
+}
