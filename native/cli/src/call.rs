@@ -93,7 +93,7 @@ pub struct CallArgs {
 
 fn parse_target(text: &str) -> Result<Target, String> {
     Target::parse(text).map_err(|e| match e {
-        ChannelError::Target { problem, .. } => problem,
+        ChannelError::Target { problem, .. } => problem.to_string(),
         other => other.to_string(),
     })
 }

@@ -46,7 +46,7 @@ use crate::xds::XdsClient;
 pub use call::PickedPeer;
 pub use config::{ChannelConfig, StaticConfig, StaticConfigError, StaticEndpoint};
 pub use config_selector::SessionOptions;
-pub use target::Target;
+pub use target::{Target, TargetProblem};
 use work_serializer::{Control, Shared, WorkSerializer};
 
 /// Marks a call `wait_for_ready` (or not), overriding the channel's
@@ -66,7 +66,7 @@ pub enum ChannelError {
         /// The target as given.
         target: String,
         /// What is wrong with it.
-        problem: String,
+        problem: TargetProblem,
     },
     /// The xDS bootstrap could not be read.
     Bootstrap(BootstrapError),
@@ -347,7 +347,10 @@ impl ChannelBuilder {
         let authority: http::uri::Authority =
             authority.parse().map_err(|e| ChannelError::Target {
                 target: target.to_owned(),
-                problem: format!("authority {authority:?} is not valid: {e}"),
+                problem: TargetProblem::CallAuthority {
+                    authority: authority.to_owned(),
+                    reason: format!("{e}"),
+                },
             })?;
         let (lb_tx, lb_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();

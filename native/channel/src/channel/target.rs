@@ -13,6 +13,73 @@ pub const STATIC_CLUSTER: &str = "static";
 
 const FORMS: &str = "use xds:///NAME or static:///ADDR[,ADDR...]";
 
+/// What is wrong with a target ([`ChannelError::Target`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TargetProblem {
+    /// No `SCHEME:` before the rest.
+    NoScheme,
+    /// `SCHEME://AUTHORITY/...` (xDS federation), which tether does not support.
+    Authority {
+        /// The scheme given.
+        scheme: String,
+    },
+    /// The rest does not start with `///`.
+    NotTripleSlash {
+        /// The scheme given.
+        scheme: String,
+    },
+    /// `xds:///` with no listener name.
+    EmptyName,
+    /// A `static:///` address that is not IP:PORT.
+    Address {
+        /// Its position, from 1.
+        index: usize,
+        /// The text given.
+        text: String,
+    },
+    /// A scheme other than `xds` and `static`.
+    Scheme {
+        /// The scheme given.
+        scheme: String,
+    },
+    /// The `:authority` calls would carry is not valid.
+    CallAuthority {
+        /// The authority given.
+        authority: String,
+        /// Why (`http`'s parse error).
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for TargetProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TargetProblem::NoScheme => write!(f, "has no scheme ({FORMS})"),
+            TargetProblem::Authority { scheme } => write!(
+                f,
+                "names an authority ({scheme}://AUTHORITY/..., xDS federation), which tether \
+                 does not support ({FORMS})"
+            ),
+            TargetProblem::NotTripleSlash { scheme } => {
+                write!(f, "does not start with {scheme}:/// ({FORMS})")
+            }
+            TargetProblem::EmptyName => f.write_str("has an empty name (expected xds:///NAME)"),
+            TargetProblem::Address { index, text } => write!(
+                f,
+                "address {index} {text:?} is not an IP:PORT address (no DNS: e.g. \
+                 127.0.0.1:50051 or [::1]:50051)"
+            ),
+            TargetProblem::Scheme { scheme } => {
+                write!(f, "the scheme {scheme:?} is not supported ({FORMS})")
+            }
+            TargetProblem::CallAuthority { authority, reason } => {
+                write!(f, "authority {authority:?} is not valid: {reason}")
+            }
+        }
+    }
+}
+
 /// A parsed target.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Target {
@@ -30,25 +97,23 @@ impl Target {
     /// Parses `xds:///NAME` or `static:///ADDR[,ADDR...]` (IP:PORT, IPv6 in
     /// brackets; no DNS). Errors name the target and what is wrong.
     pub fn parse(text: &str) -> Result<Target, ChannelError> {
-        let err = |problem: String| ChannelError::Target {
+        let err = |problem: TargetProblem| ChannelError::Target {
             target: text.to_owned(),
             problem,
         };
         let Some((scheme, rest)) = text.split_once(':') else {
-            return Err(err(format!("has no scheme ({FORMS})")));
+            return Err(err(TargetProblem::NoScheme));
         };
         let Some(path) = rest.strip_prefix("///") else {
+            let scheme = scheme.to_owned();
             return Err(err(if rest.starts_with("//") {
-                format!(
-                    "names an authority ({scheme}://AUTHORITY/..., xDS federation), which tether \
-                     does not support ({FORMS})"
-                )
+                TargetProblem::Authority { scheme }
             } else {
-                format!("does not start with {scheme}:/// ({FORMS})")
+                TargetProblem::NotTripleSlash { scheme }
             }));
         };
         match scheme {
-            "xds" if path.is_empty() => Err(err("has an empty name (expected xds:///NAME)".into())),
+            "xds" if path.is_empty() => Err(err(TargetProblem::EmptyName)),
             "xds" => Ok(Target::Xds {
                 name: path.to_owned(),
             }),
@@ -60,11 +125,10 @@ impl Target {
                         a.parse::<SocketAddr>()
                             .map(StaticEndpoint::new)
                             .map_err(|_| {
-                                err(format!(
-                                    "address {} {a:?} is not an IP:PORT address (no DNS: e.g. \
-                                 127.0.0.1:50051 or [::1]:50051)",
-                                    i + 1
-                                ))
+                                err(TargetProblem::Address {
+                                    index: i + 1,
+                                    text: a.to_owned(),
+                                })
                             })
                     })
                     .collect::<Result<Vec<_>, _>>()?;
@@ -75,9 +139,9 @@ impl Target {
                     session: None,
                 })))
             }
-            _ => Err(err(format!(
-                "the scheme {scheme:?} is not supported ({FORMS})"
-            ))),
+            _ => Err(err(TargetProblem::Scheme {
+                scheme: scheme.to_owned(),
+            })),
         }
     }
 }
@@ -124,5 +188,16 @@ mod tests {
             let e = Target::parse(bad).unwrap_err().to_string();
             assert!(e.contains(problem) && e.contains(bad), "{bad}: {e}");
         }
+        // Typed, the text aside.
+        assert_eq!(
+            Target::parse("static:///127.0.0.1:1,localhost:2").unwrap_err(),
+            ChannelError::Target {
+                target: "static:///127.0.0.1:1,localhost:2".into(),
+                problem: TargetProblem::Address {
+                    index: 2,
+                    text: "localhost:2".into()
+                },
+            }
+        );
     }
 }
