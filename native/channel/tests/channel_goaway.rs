@@ -40,10 +40,7 @@ const MAX_CALLS: usize = 300;
 const MESSAGE: &str = "sleep:5";
 
 fn yaml(addrs: &[SocketAddr]) -> String {
-    let endpoints: String = addrs
-        .iter()
-        .map(|a| format!("      - address: \"{a}\"\n"))
-        .collect();
+    let endpoints = control_support::endpoints_yaml(addrs);
     format!(
         r#"virtualhosts:
   - name: rr.tether.test

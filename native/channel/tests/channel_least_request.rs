@@ -44,10 +44,7 @@ const CALLERS: usize = 16;
 /// request with the default choice count, and with 3 draws (another
 /// service: the routes of one service share its least request cluster).
 fn yaml(addrs: &[SocketAddr]) -> String {
-    let endpoints: String = addrs
-        .iter()
-        .map(|a| format!("      - address: \"{a}\"\n"))
-        .collect();
+    let endpoints = control_support::endpoints_yaml(addrs);
     format!(
         r#"virtualhosts:
   - name: rr.tether.test

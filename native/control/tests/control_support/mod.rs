@@ -21,6 +21,15 @@ fn control_binary() -> PathBuf {
     }
 }
 
+/// A service's `endpoints:` entries for `addrs`, indented as under a
+/// service of a tether-control file.
+pub fn endpoints_yaml(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .map(|a| format!("      - address: \"{a}\"\n"))
+        .collect()
+}
+
 /// A temporary directory removed on drop.
 pub struct TempDir(pub PathBuf);
 
