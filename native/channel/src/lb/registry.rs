@@ -72,7 +72,12 @@ impl ConfigParser for Registered {
 /// The builder of a policy registered in a [`PolicyRegistry`]; `None` for
 /// a parser registered with tether-xds alone.
 pub fn builder_of(policy: &CustomPolicy) -> Option<&Arc<dyn PolicyBuilder>> {
-    let parser: &dyn Any = policy.parser().as_ref();
+    registered(policy.parser())
+}
+
+/// The builder behind a parser this registry made.
+fn registered(parser: &Arc<dyn ConfigParser>) -> Option<&Arc<dyn PolicyBuilder>> {
+    let parser: &dyn Any = parser.as_ref();
     parser.downcast_ref::<Registered>().map(|r| &r.0)
 }
 
@@ -153,8 +158,7 @@ impl PolicyRegistry {
 
     /// The policy registered as `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn PolicyBuilder>> {
-        let parser: &dyn Any = self.parsers.get(name)?.as_ref();
-        parser.downcast_ref::<Registered>().map(|r| &r.0)
+        registered(self.parsers.get(name)?)
     }
 
     /// The registered names, sorted.
