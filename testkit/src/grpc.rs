@@ -30,6 +30,7 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
 use crate::backend::{accept_loop, Backend};
+use crate::graceful_socket::GracefulSocket;
 pub use tether_proto::demo::v1::echo_client::EchoClient;
 use tonic::codegen::Service;
 
@@ -164,7 +165,7 @@ impl Backend<Grpc> {
                     let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
                     return;
                 };
-                let conn = builder.serve_connection(TokioIo::new(Lingering(Some(stream))), svc);
+                let conn = builder.serve_connection(TokioIo::new(GracefulSocket::new(stream)), svc);
                 tokio::pin!(conn);
                 tokio::select! {
                     _ = conn.as_mut() => return,
@@ -176,82 +177,6 @@ impl Backend<Grpc> {
             }
         });
         Backend::new(name, addr, served, task)
-    }
-}
-
-/// A server socket that closes the way gRPC servers end a connection:
-/// after its last GOAWAY the peer has time to read it. h2 closes at once
-/// when no stream is open, which would reset streams the client opened
-/// meanwhile before it could read that they were refused; grpc-go and
-/// C-core servers wait for a PING's answer first. So the socket is not
-/// shut down when hyper is done: it reads and discards for a while, then
-/// closes.
-struct Lingering(Option<tokio::net::TcpStream>);
-
-/// How long a closing rotating connection lingers.
-const LINGER: Duration = Duration::from_millis(200);
-
-impl tokio::io::AsyncRead for Lingering {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.0.as_mut() {
-            Some(s) => Pin::new(s).poll_read(cx, buf),
-            None => std::task::Poll::Ready(Ok(())),
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for Lingering {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        match self.0.as_mut() {
-            Some(s) => Pin::new(s).poll_write(cx, buf),
-            None => std::task::Poll::Ready(Ok(buf.len())),
-        }
-    }
-
-    fn poll_flush(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.0.as_mut() {
-            Some(s) => Pin::new(s).poll_flush(cx),
-            None => std::task::Poll::Ready(Ok(())),
-        }
-    }
-
-    fn poll_shutdown(
-        self: Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        // Closed on drop, after the linger.
-        std::task::Poll::Ready(Ok(()))
-    }
-}
-
-impl Drop for Lingering {
-    fn drop(&mut self) {
-        let Some(mut stream) = self.0.take() else {
-            return;
-        };
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                use tokio::io::AsyncReadExt;
-                let mut sink = [0u8; 4096];
-                let until = tokio::time::Instant::now() + LINGER;
-                while let Ok(Ok(n)) = tokio::time::timeout_at(until, stream.read(&mut sink)).await {
-                    if n == 0 {
-                        break;
-                    }
-                }
-            });
-        }
     }
 }
 

@@ -7,6 +7,8 @@
 //!   whose replies say which backend answered;
 //! - [`grpcio`]: gRPC C-core (PyPI `grpcio`) as a peer, through the xDS
 //!   client in `testkit/peers`;
+//! - [`graceful_socket`]: a server socket that closes an HTTP/2 connection
+//!   as gRPC servers do;
 //! - [`partition`]: a TCP proxy a test cuts off like a network partition.
 //!
 //! Ports come from [`free_port`]; tests format them into their YAML. Child
@@ -15,6 +17,7 @@
 pub mod backend;
 pub mod client;
 pub mod envoy;
+pub mod graceful_socket;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod grpcio;
@@ -212,6 +215,16 @@ pub fn workspace_bin(package: &str, bin: &str) -> std::path::PathBuf {
     own_target.join("debug").join(bin)
 }
 
+/// Logs the test's `log` lines by `RUST_LOG` (nothing when unset), through
+/// the test harness, so they show with a failing test's output only. Safe
+/// to call from every test.
+pub fn init_logging() {
+    let _ = env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("off"))
+        .is_test(true)
+        .format_timestamp_millis()
+        .try_init();
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -225,3 +238,4 @@ mod tests {
         assert_eq!(stale_pid("other-envoy-1-0"), None);
     }
 }
+

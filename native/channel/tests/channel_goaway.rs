@@ -244,6 +244,7 @@ impl Fixture {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_across_goaways_never_fail_and_sessions_and_keys_stay_put() {
+    tether_testkit::init_logging();
     let f = Fixture::start().await;
 
     f.check("xds:///rr.tether.test", false, false).await;

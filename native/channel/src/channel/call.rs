@@ -148,7 +148,9 @@ async fn run(
             let left = d.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 guard.release();
-                return Err(Status::deadline_exceeded("deadline exceeded"));
+                return Err(Status::deadline_exceeded(
+                    "deadline exceeded before the call was sent",
+                ));
             }
             parts.headers.insert("grpc-timeout", encode_timeout(left));
         }
@@ -163,7 +165,12 @@ async fn run(
         let result = match deadline {
             Some(d) => match tokio::time::timeout_at(d, sent).await {
                 Ok(r) => r,
-                Err(_) => return Err(Status::deadline_exceeded("deadline exceeded")),
+                Err(_) => {
+                    return Err(Status::deadline_exceeded(format!(
+                        "deadline exceeded awaiting the response headers from {}",
+                        subchannel.address()
+                    )))
+                }
             },
             None => sent.await,
         };
@@ -472,7 +479,9 @@ impl HttpBody for TrackedBody {
             if let Some(g) = self.guard.take() {
                 g.finish(false);
             }
-            return Poll::Ready(Some(Err(Status::deadline_exceeded("deadline exceeded"))));
+            return Poll::Ready(Some(Err(Status::deadline_exceeded(
+                "deadline exceeded reading the response",
+            ))));
         }
         let polled = Pin::new(&mut self.inner)
             .poll_frame(cx)
