@@ -238,4 +238,3 @@ mod tests {
         assert_eq!(stale_pid("other-envoy-1-0"), None);
     }
 }
-

@@ -22,7 +22,7 @@ use super::work_serializer::{Routing, Shared, Snapshot};
 use super::{Inner, WaitForReady};
 use crate::lb::{CallAttributes, PickArgs, PickResult, Subchannel, Trackers};
 use crate::session::SessionId;
-use crate::subchannel::SendError;
+use crate::subchannel::{Connection, SendError};
 use tether_core::session::{Emit, Served};
 
 /// The call's session for drain readiness: the caller's [`SessionId`]
@@ -161,7 +161,7 @@ async fn run(
                 subchannel.address()
             )));
         };
-        let sent = connection.send(http::Request::from_parts(parts.clone(), body));
+        let sent = answer(&connection, http::Request::from_parts(parts.clone(), body));
         let result = match deadline {
             Some(d) => match tokio::time::timeout_at(d, sent).await {
                 Ok(r) => r,
@@ -174,42 +174,26 @@ async fn run(
             },
             None => sent.await,
         };
-        match result {
-            Ok(response) => {
+        let budget = transparent_retries < MAX_TRANSPARENT_RETRIES;
+        let retry_because = match result {
+            Some(Ok(response)) => {
                 replay.commit();
                 break (response, subchannel, guard, endpoint, policy);
             }
-            Err(SendError {
+            Some(Err(SendError {
                 error,
                 unsent: Some(_),
-            }) if transparent_retries < MAX_TRANSPARENT_RETRIES => {
-                guard.release();
-                transparent_retries += 1;
-                log::debug!(
-                    "{}: {path} not sent on {} ({error}): picking again",
-                    inner.target,
-                    subchannel.address()
-                );
-                subchannel.connection_lost(&connection);
-                stale = Some(snapshot);
-            }
-            Err(SendError { error, .. })
-                if transparent_retries < MAX_TRANSPARENT_RETRIES
-                    && refused_unseen(&error)
-                    && replay.replayable() =>
+            })) if budget => format!("not sent on {} ({error})", subchannel.address()),
+            Some(Err(SendError { error, .. }))
+                if budget && refused_unseen(&error) && replay.replayable() =>
             {
-                guard.release();
-                transparent_retries += 1;
-                log::debug!(
-                    "{}: {path} refused unseen by {} ({}): picking again",
-                    inner.target,
+                format!(
+                    "refused unseen by {} ({})",
                     subchannel.address(),
                     crate::subchannel::Chain(&error)
-                );
-                subchannel.connection_lost(&connection);
-                stale = Some(snapshot);
+                )
             }
-            Err(SendError { error, .. }) => {
+            Some(Err(SendError { error, .. })) => {
                 guard.finish(false);
                 return Err(Status::unavailable(format!(
                     "{}: request failed: {}",
@@ -217,7 +201,27 @@ async fn run(
                     crate::subchannel::Chain(&error)
                 )));
             }
-        }
+            // The connection is gone with no answer and none of the call's
+            // messages left: the server cannot have acted on it.
+            None if budget && !replay.started() && replay.replayable() => {
+                format!(
+                    "{} closed before the call's messages left",
+                    subchannel.address()
+                )
+            }
+            None => {
+                guard.finish(false);
+                return Err(Status::unavailable(format!(
+                    "{}: the connection closed before the response",
+                    subchannel.address()
+                )));
+            }
+        };
+        guard.release();
+        transparent_retries += 1;
+        log::debug!("{}: {path} {retry_because}: picking again", inner.target);
+        subchannel.connection_lost(&connection);
+        stale = Some(snapshot);
     };
     {
         {
@@ -303,6 +307,31 @@ fn refused_unseen(error: &hyper::Error) -> bool {
         source = e.source();
     }
     false
+}
+
+/// How long hyper may take, once the socket is gone, to hand over an
+/// outcome it already holds (its stream tasks run on their own).
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// Sends `request` on `connection` and waits for hyper's outcome (the
+/// response headers, or why there are none), but not past the end of the
+/// socket: `None` when it closed and hyper gave no outcome within
+/// [`CLOSE_GRACE`]. Around a GOAWAY hyper can keep a request's
+/// outcome pending after its connection is gone (seen under load with
+/// servers rotating connections every 100 ms), which would hold the call
+/// until its deadline.
+async fn answer(
+    connection: &Connection,
+    request: http::Request<Body>,
+) -> Option<Result<http::Response<hyper::body::Incoming>, SendError>> {
+    let sent = connection.send(request);
+    tokio::pin!(sent);
+    tokio::select! {
+        biased;
+        result = &mut sent => return Some(result),
+        () = connection.transport_closed() => {}
+    }
+    tokio::time::timeout(CLOSE_GRACE, sent).await.ok()
 }
 
 /// Waits for a snapshot newer than `seen`, or fails at the deadline. Only

@@ -32,6 +32,9 @@ struct State {
     ended: bool,
     /// Frames were dropped (buffer full, or committed): no replay.
     committed: bool,
+    /// The latest attempt, and whether its body has given a frame.
+    attempt: u32,
+    started: bool,
 }
 
 /// A call's request body, shared by its attempts.
@@ -47,6 +50,8 @@ impl Replay {
             buffered: 0,
             ended: false,
             committed: false,
+            attempt: 0,
+            started: false,
         })))
     }
 
@@ -57,13 +62,27 @@ impl Replay {
     /// A body for a new attempt, or `None` once the call is committed (its
     /// frames are no longer all kept).
     pub(crate) fn attempt(&self) -> Option<Body> {
-        if self.state().committed {
-            return None;
-        }
+        let attempt = {
+            let mut s = self.state();
+            if s.committed {
+                return None;
+            }
+            s.attempt += 1;
+            s.started = false;
+            s.attempt
+        };
+        // Unlocked: wrapping the body asks it whether it has ended.
         Some(Body::new(AttemptBody {
             replay: self.clone(),
             next: 0,
+            attempt,
         }))
+    }
+
+    /// Whether the latest attempt's body has given any frame to its
+    /// connection: until then no message of the call has left.
+    pub(crate) fn started(&self) -> bool {
+        self.state().started
     }
 
     /// Whether another attempt can still be made.
@@ -85,6 +104,7 @@ impl Replay {
 struct AttemptBody {
     replay: Replay,
     next: usize,
+    attempt: u32,
 }
 
 impl HttpBody for AttemptBody {
@@ -97,6 +117,10 @@ impl HttpBody for AttemptBody {
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let replay = self.replay.clone();
         let mut s = replay.state();
+        if s.attempt == self.attempt {
+            // Set before any frame leaves: a frame given is a frame sent.
+            s.started = true;
+        }
         if let Some(frame) = s.frames.get(self.next) {
             let copy = match frame.data_ref() {
                 Some(data) => Frame::data(data.clone()),
@@ -194,6 +218,22 @@ mod tests {
         drop(first);
         // The next attempt replays "ab", then reads on from the source.
         assert_eq!(read(r.attempt().unwrap()).await, b"abcdef");
+    }
+
+    #[tokio::test]
+    async fn started_tells_whether_the_latest_attempt_gave_a_frame() {
+        let r = Replay::new(body(&["ab", "cd"]));
+        let mut first = r.attempt().unwrap();
+        assert!(!r.started(), "nothing read yet");
+        first.frame().await.unwrap().unwrap();
+        assert!(r.started());
+        let mut second = r.attempt().unwrap();
+        assert!(!r.started(), "a new attempt starts unsent");
+        // The first attempt, still held somewhere, reads on: not the latest.
+        first.frame().await.unwrap().unwrap();
+        assert!(!r.started());
+        second.frame().await.unwrap().unwrap();
+        assert!(r.started());
     }
 
     #[tokio::test]

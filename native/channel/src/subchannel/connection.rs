@@ -6,6 +6,12 @@
 //! never speaks HTTP/2 would look connected. The hyper connection future
 //! runs in its own task, watched by a [`ConnectionTask`] that completes
 //! when the connection is gone and aborts it when dropped.
+//!
+//! hyper's connection future ends at the peer's first GOAWAY while the
+//! streams already on the connection go on in tasks of their own, so the
+//! end of the socket itself is watched too ([`Connection::transport_closed`]):
+//! a call still waiting for its response then is not left waiting on a
+//! connection that can no longer answer it.
 
 use std::fmt;
 use std::io;
@@ -19,7 +25,7 @@ use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::{JoinError, JoinHandle};
 use tonic::body::Body;
 
@@ -37,12 +43,21 @@ pub struct Connection {
     address: SocketAddr,
     /// Which of its subchannel's connections this is (they count from 1).
     pub(crate) serial: u64,
+    /// Ends (its sender is dropped) when the socket is dropped.
+    transport: watch::Receiver<()>,
 }
 
 impl Connection {
     /// Whether hyper knows the connection is closed: it takes no request.
     pub fn is_closed(&self) -> bool {
         self.sender.is_closed()
+    }
+
+    /// Completes once the socket is gone: nothing more can arrive on any
+    /// stream of the connection.
+    pub(crate) async fn transport_closed(&self) {
+        let mut transport = self.transport.clone();
+        while transport.changed().await.is_ok() {}
     }
 
     /// Sends one request on this connection (waits for stream capacity
@@ -282,7 +297,8 @@ async fn attempt(
         log::debug!("subchannel {address}: TCP_NODELAY not set: {e}");
     }
     let (settings_tx, settings_rx) = oneshot::channel();
-    let io = TokioIo::new(PrefaceWatch::new(stream, settings_tx));
+    let (transport_tx, transport) = watch::channel(());
+    let io = TokioIo::new(PrefaceWatch::new(stream, settings_tx, transport_tx));
     let mut builder = http2::Builder::new(TokioExecutor::new());
     builder.timer(TokioTimer::new());
     if let Some(k) = keepalive {
@@ -312,6 +328,7 @@ async fn attempt(
                 sender,
                 address,
                 serial: 0,
+                transport,
             },
             task,
         )),
@@ -341,15 +358,18 @@ struct PrefaceWatch<T> {
     header: [u8; FRAME_HEADER_LEN],
     seen: usize,
     report: Option<oneshot::Sender<FirstFrame>>,
+    /// Dropped with the socket, telling the connection's calls.
+    _alive: watch::Sender<()>,
 }
 
 impl<T> PrefaceWatch<T> {
-    fn new(io: T, report: oneshot::Sender<FirstFrame>) -> Self {
+    fn new(io: T, report: oneshot::Sender<FirstFrame>, alive: watch::Sender<()>) -> Self {
         PrefaceWatch {
             io,
             header: [0; FRAME_HEADER_LEN],
             seen: 0,
             report: Some(report),
+            _alive: alive,
         }
     }
 
