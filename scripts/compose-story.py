@@ -122,9 +122,11 @@ class Stage:
 
     # --- the three clients ---------------------------------------------------
 
-    def envoy(self, cookie=None, user=None, timeout=10):
-        """GET / through Envoy's published listener: (status, backend, Set-Cookie value)."""
-        headers = {}
+    def envoy(self, cookie=None, user=None, timeout=10, host=None):
+        """GET / through Envoy's published listener (to the virtual host
+        `host`, default the catch-all shop): (status, backend, Set-Cookie
+        value)."""
+        headers = {"host": host} if host else {}
         if cookie:
             headers["cookie"] = "%s=%s" % (COOKIE, cookie)
         if user:
@@ -318,14 +320,15 @@ def request_hash(stage):
 class Session(threading.Thread):
     """One client session calling continuously; records (time, ok, backend, new cookie, detail)."""
 
-    def __init__(self, stage, kind, label, cookie=None, sent="-"):
+    def __init__(self, stage, kind, label, cookie=None, sent="-", calls=None, vhost="shop"):
         super().__init__(daemon=True)
+        self.vhost = vhost
         self.stage = stage
         self.kind = kind
         self.label = label
         self.cookie = cookie
         self.sent = sent
-        self.expected = {"channel": CHANNEL_CALLS, "ccore": PEER_CALLS, "envoy": ENVOY_CALLS}[kind]
+        self.expected = calls or {"channel": CHANNEL_CALLS, "ccore": PEER_CALLS, "envoy": ENVOY_CALLS}[kind]
         self.answers = []
         self.error = None
         self.started = threading.Event()
@@ -348,10 +351,11 @@ class Session(threading.Thread):
 
     def run_envoy(self):
         cookie = self.cookie
-        for _ in range(ENVOY_CALLS):
+        for _ in range(self.expected):
             began = time.monotonic()
             try:
-                status, backend, set_ = self.stage.envoy(cookie=cookie)
+                status, backend, set_ = self.stage.envoy(
+                    cookie=cookie, host=None if self.vhost == "shop" else self.vhost)
             except OSError as e:
                 self.record(False, "", None, str(e))
                 continue
@@ -362,13 +366,14 @@ class Session(threading.Thread):
 
     def run_exec(self):
         if self.kind == "channel":
-            args = ["tether", "call", "xds:///shop", METHOD, "--jar", "--count", str(CHANNEL_CALLS),
+            args = ["tether", "call", "xds:///" + self.vhost, METHOD, "--jar", "--count", str(self.expected),
                     "--timeout", "20", "--data", encode_request("sleep:%d" % SLEEP_MS).decode()]
             service = "channel-client"
         else:
             args = ["python3", "/opt/tether/peers/grpc_xds_client.py", "--jar", "--keep-going",
-                    "--message", "sleep:%d" % SLEEP_MS, "xds:///shop", str(PEER_CALLS),
-                    "%s=%s" % (COOKIE, self.cookie)]
+                    "--message", "sleep:%d" % SLEEP_MS, "xds:///" + self.vhost, str(self.expected)]
+            if self.cookie:
+                args.append("%s=%s" % (COOKIE, self.cookie))
             service = "grpcio-client"
         self.proc = subprocess.Popen(self.stage.exec_args(service, *args), stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, text=True)

@@ -2,7 +2,8 @@
 # Runs envoy-configs/docker-compose.yml for real and drives the demo's story
 # across its containers (scripts/compose-story.py): tether-control, three
 # backends, Envoy with the tether plugin, a tether::Channel client and a gRPC
-# C-core client, each with its own address on the compose network.
+# C-core client, each with its own address on the compose network. Then the
+# fault cases (scripts/compose-faults.py) on the same project.
 #   scripts/compose-test.sh
 # The images are built FROM scratch by scripts/compose-images.sh (nothing is
 # pulled) under the tags tether-compose-test/*:latest, which later runs
@@ -113,5 +114,8 @@ up_took=$(since "$t")
 echo "compose-test: ${compose_cmd[*]}, network $net.0/24, Envoy on 127.0.0.1:$TETHER_HTTP_PORT (admin :$TETHER_ADMIN_PORT)"
 t=$(now)
 python3 scripts/compose-story.py "$config" "$net" "$TETHER_HTTP_PORT" "$TETHER_ADMIN_PORT" "${containers[@]}"
+story_took=$(since "$t")
+t=$(now)
+python3 scripts/compose-faults.py "$config" "$net" "$TETHER_HTTP_PORT" "$TETHER_ADMIN_PORT" "${containers[@]}"
 passed=true
-echo "compose-test: PASS in $(since "$started") (images $images_took, up $up_took, story $(since "$t"))"
+echo "compose-test: PASS in $(since "$started") (images $images_took, up $up_took, story $story_took, faults $(since "$t"))"

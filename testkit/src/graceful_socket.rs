@@ -13,6 +13,8 @@
 //!   h2 fixes that id when it reads the answer to its shutdown PING, often
 //!   in the same read as the frames behind it, so the socket works the id
 //!   out as h2 will: the highest stream opened before that answer.
+//!   A connection that does not open with HTTP/2's preface (HTTP/1.1) is
+//!   passed through untouched.
 //! - after the last GOAWAY the peer has time to read it. h2 closes at once
 //!   when no stream is open, which would reset streams the client opened
 //!   meanwhile before it could read that they were refused; gRPC servers
@@ -29,7 +31,8 @@ use tokio::net::TcpStream;
 const LINGER: Duration = Duration::from_millis(200);
 
 /// The client connection preface, before the client's first frame.
-const PREFACE_LEN: usize = 24;
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const PREFACE_LEN: usize = PREFACE.len();
 /// An HTTP/2 frame header: length (3), type, flags, stream id (4).
 const HEADER_LEN: usize = 9;
 /// How much of a payload a scanner keeps: a PING's 8 bytes, a GOAWAY's
@@ -87,6 +90,9 @@ impl Frame {
 /// The server's going-away state, as the frames show it.
 #[derive(Default)]
 struct Limits {
+    /// The client did not open with HTTP/2's preface (HTTP/1.1, say):
+    /// nothing is scanned or dropped.
+    not_http2: bool,
     /// The server has sent a GOAWAY.
     going_away: bool,
     /// The PING the server sent after its first GOAWAY.
@@ -194,9 +200,18 @@ impl FrameScanner {
     fn scan(&mut self, bytes: &[u8], direction: Direction, limits: &mut Limits, out: &mut Vec<u8>) {
         let mut rest = bytes;
         while !rest.is_empty() {
+            if limits.not_http2 {
+                out.extend_from_slice(rest);
+                return;
+            }
             match &mut self.at {
                 Position::Preface(left) => {
                     let n = (*left).min(rest.len());
+                    let at = PREFACE_LEN - *left;
+                    if rest[..n] != PREFACE[at..at + n] {
+                        limits.not_http2 = true;
+                        continue;
+                    }
                     out.extend_from_slice(&rest[..n]);
                     rest = &rest[n..];
                     *left -= n;
@@ -385,7 +400,22 @@ mod tests {
         out
     }
 
-    const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    #[test]
+    fn http1_passes_untouched() {
+        let mut request = b"GET / HTTP/1.1\r\nhost: a\r\n\r\n".to_vec();
+        // Bytes that would read as a WINDOW_UPDATE frame were it HTTP/2.
+        request.extend(frame(WINDOW_UPDATE, 0, 9, &5u32.to_be_bytes()));
+        for size in [1, 3, request.len()] {
+            let mut limits = Limits::default();
+            limits.cap(0);
+            assert_eq!(
+                client(&request, size, &mut limits),
+                request,
+                "chunks of {size}"
+            );
+            assert!(limits.not_http2);
+        }
+    }
 
     #[test]
     fn a_goaway_split_across_writes_caps_the_streams() {

@@ -15,7 +15,6 @@
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -236,16 +235,23 @@ pub struct Drained {
 /// after the response in flight) and waited for, at most `grace`.
 ///
 /// This is what a backend must do on SIGTERM for a stop to lose no call.
+///
+/// With `max_age`, each connection is ended the same graceful way once it
+/// is that old, as gRPC servers' `max_connection_age` does.
 pub async fn serve_dual(
     name: &str,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
     grace: Duration,
+    max_age: Option<Duration>,
 ) -> std::io::Result<Drained> {
     let addr = listener.local_addr()?;
     let service = DualService::new(name, addr, Arc::new(AtomicU64::new(0)));
     let builder = auto::Builder::new(TokioExecutor::new());
-    let graceful = GracefulShutdown::new();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // Each connection's task holds a sender: all gone, all closed.
+    let (alive_tx, mut alive_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -253,13 +259,40 @@ pub async fn serve_dual(
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let conn = builder
-                        .serve_connection(TokioIo::new(stream), service.clone())
+                        .serve_connection(TokioIo::new(GracefulSocket::new(stream)), service.clone())
                         .into_owned();
-                    let conn = graceful.watch(conn);
+                    let mut stop = stop_rx.clone();
+                    let alive = alive_tx.clone();
+                    let open = open.clone();
+                    open.fetch_add(1, Ordering::SeqCst);
                     tokio::spawn(async move {
-                        if let Err(e) = conn.await {
+                        tokio::pin!(conn);
+                        let aged = async {
+                            match max_age {
+                                Some(age) => tokio::time::sleep(age).await,
+                                None => std::future::pending().await,
+                            }
+                        };
+                        let ended = tokio::select! {
+                            result = conn.as_mut() => Some(result),
+                            () = aged => {
+                                log::debug!("{addr}: connection from {peer} reached its max age: GOAWAY");
+                                None
+                            }
+                            _ = stop.wait_for(|stop| *stop) => None,
+                        };
+                        let result = match ended {
+                            Some(result) => result,
+                            None => {
+                                conn.as_mut().graceful_shutdown();
+                                conn.await
+                            }
+                        };
+                        if let Err(e) = result {
                             log::debug!("{addr}: connection from {peer}: {e}");
                         }
+                        open.fetch_sub(1, Ordering::SeqCst);
+                        drop(alive);
                     });
                 }
                 Err(e) => {
@@ -272,11 +305,11 @@ pub async fn serve_dual(
         }
     }
     drop(listener);
-    let connections = graceful.count();
+    let connections = open.load(Ordering::SeqCst);
     let started = tokio::time::Instant::now();
-    let in_time = tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_ok();
+    let _ = stop_tx.send(true);
+    drop(alive_tx);
+    let in_time = tokio::time::timeout(grace, alive_rx.recv()).await.is_ok();
     Ok(Drained {
         connections,
         in_time,

@@ -37,6 +37,10 @@ struct Args {
     /// in seconds (0: exit at once).
     #[arg(long, default_value_t = 1.0, value_parser = seconds)]
     refuse_for: f64,
+    /// End every connection gracefully (GOAWAY, its calls finish) once it is
+    /// this old, in seconds, as gRPC's `max_connection_age` does (0: never).
+    #[arg(long, default_value_t = 0.0, value_parser = seconds)]
+    max_connection_age: f64,
 }
 
 fn seconds(text: &str) -> Result<f64, String> {
@@ -91,9 +95,14 @@ async fn run(args: Args) -> ExitCode {
         }
     };
     log::info!(
-        "{} serving HTTP/1.1 and gRPC (tether.demo.v1.Echo) on {}",
+        "{} serving HTTP/1.1 and gRPC (tether.demo.v1.Echo) on {}{}",
         args.name,
-        args.listen
+        args.listen,
+        if args.max_connection_age > 0.0 {
+            format!(", connections end after {} s", args.max_connection_age)
+        } else {
+            String::new()
+        }
     );
     let shutdown = async {
         let which = tokio::select! {
@@ -103,7 +112,9 @@ async fn run(args: Args) -> ExitCode {
         log::info!("{which}: closing the listener, draining the open connections");
     };
     let grace = Duration::from_secs_f64(args.grace);
-    let drained = match serve_dual(&args.name, listener, shutdown, grace).await {
+    let max_age =
+        (args.max_connection_age > 0.0).then(|| Duration::from_secs_f64(args.max_connection_age));
+    let drained = match serve_dual(&args.name, listener, shutdown, grace, max_age).await {
         Ok(d) => d,
         Err(e) => {
             log::error!("{}: {e}", args.listen);
