@@ -90,13 +90,20 @@ async fn calls_for(channel: &tether::Channel, d: Duration) -> HashMap<String, us
     seen
 }
 
+/// Calls in a row that miss `bad` before it counts as ejected: round robin
+/// over three endpoints reaches each one every third call.
+const QUIET_CALLS: usize = 12;
+
 /// Calls until `bad`'s handler has stopped being reached for a whole
-/// interval; returns when that quiet interval began (bounded).
+/// interval and at least [`QUIET_CALLS`] calls (time alone is not enough: a
+/// slow machine can make few calls in an interval); returns when that
+/// quiet stretch began (bounded).
 async fn until_ejected(channel: &tether::Channel, bad: &GrpcBackend, limit: Duration) -> Instant {
     let start = Instant::now();
     let mut client = EchoClient::new(channel.clone());
     let mut last_seen = bad.hits();
     let mut quiet_since = Instant::now();
+    let mut quiet_calls = 0;
     for _ in 0..100_000 {
         assert!(
             start.elapsed() < limit,
@@ -107,8 +114,14 @@ async fn until_ejected(channel: &tether::Channel, bad: &GrpcBackend, limit: Dura
         if now_seen != last_seen {
             last_seen = now_seen;
             quiet_since = Instant::now();
-        } else if quiet_since.elapsed() >= Duration::from_millis(INTERVAL_MS) {
-            return quiet_since;
+            quiet_calls = 0;
+        } else {
+            quiet_calls += 1;
+            if quiet_calls >= QUIET_CALLS
+                && quiet_since.elapsed() >= Duration::from_millis(INTERVAL_MS)
+            {
+                return quiet_since;
+            }
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
