@@ -33,6 +33,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -49,6 +50,10 @@ ENVOY_CALLS = 100
 SLEEP_MS = 50
 # A call slower than this during the stop counts as a stall.
 STALL_S = 3.0
+# Sessions' HTTP/2 keepalive, time and timeout (gRFC A8), as Envoy's in
+# envoy-configs/compose/tether.yaml: a backend that stops answering without
+# closing is left within twice this.
+KEEPALIVE_S = 1
 
 
 class StoryError(Exception):
@@ -157,26 +162,25 @@ class Stage:
             args.append("%s=%s" % (COOKIE, cookie))
         return [json.loads(line) for line in self.run("grpcio-client", *args, stdin=stdin)]
 
-    def envoy_hosts(self):
-        """The shop session cluster's hosts in Envoy's admin /clusters."""
+    def admin(self, path):
+        """The text of Envoy's admin page at `path`."""
         conn = http.client.HTTPConnection("127.0.0.1", self.admin_port, timeout=5)
         try:
-            conn.request("GET", "/clusters")
-            text = conn.getresponse().read().decode()
+            conn.request("GET", path)
+            return conn.getresponse().read().decode()
         finally:
             conn.close()
+
+    def envoy_hosts(self):
+        """The shop session cluster's hosts in Envoy's admin /clusters."""
+        text = self.admin("/clusters")
         prefix = CLUSTER + "::"
         return {line.split("::")[1] for line in text.splitlines()
                 if line.startswith(prefix) and "::health_flags::" in line}
 
     def envoy_stats(self, names):
         """Counters of the shop session cluster from Envoy's admin /stats."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.admin_port, timeout=5)
-        try:
-            conn.request("GET", "/stats?filter=^cluster%5C.shop/session%5C.")
-            text = conn.getresponse().read().decode()
-        finally:
-            conn.close()
+        text = self.admin("/stats?filter=^cluster%5C.shop/session%5C.")
         found = {}
         for line in text.splitlines():
             key, _, value = line.partition(": ")
@@ -367,18 +371,31 @@ class Session(threading.Thread):
     def run_exec(self):
         if self.kind == "channel":
             args = ["tether", "call", "xds:///" + self.vhost, METHOD, "--jar", "--count", str(self.expected),
-                    "--timeout", "20", "--data", encode_request("sleep:%d" % SLEEP_MS).decode()]
+                    "--timeout", "20", "--data", encode_request("sleep:%d" % SLEEP_MS).decode(),
+                    "--keepalive-time", str(KEEPALIVE_S), "--keepalive-timeout", str(KEEPALIVE_S)]
+            if os.environ.get("TETHER_STORY_LOG"):
+                args.append("-vv")
             service = "channel-client"
         else:
             args = ["python3", "/opt/tether/peers/grpc_xds_client.py", "--jar", "--keep-going",
+                    "--keepalive", str(KEEPALIVE_S * 1000), str(KEEPALIVE_S * 1000),
                     "--message", "sleep:%d" % SLEEP_MS, "xds:///" + self.vhost, str(self.expected)]
             if self.cookie:
                 args.append("%s=%s" % (COOKIE, self.cookie))
             service = "grpcio-client"
-        self.proc = subprocess.Popen(self.stage.exec_args(service, *args), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        cmd = self.stage.exec_args(service, *args)
+        if self.kind == "ccore" and os.environ.get("TETHER_STORY_LOG"):
+            cmd[2:2] = ["-e", "GRPC_VERBOSITY=debug",
+                        "-e", "GRPC_TRACE=subchannel,xds_override_host_lb,pick_first,round_robin"]
+        # stderr to a file: a pipe read only at the end would fill and
+        # block a client that logs much.
+        errors = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True)
         for line in self.proc.stdout:
             if not line.strip():
+                continue
+            if os.environ.get("TETHER_STORY_LOG") and not line.startswith("{"):
+                print("%s: %s" % (self.label, line.rstrip()), file=sys.stderr)
                 continue
             l = json.loads(line)
             if self.kind == "channel":
@@ -390,7 +407,11 @@ class Session(threading.Thread):
                 self.record(l.get("code") == "OK", l.get("backend", ""),
                             session_value(l.get("set_cookie", [])), l.get("message", ""))
         self.proc.wait()
-        err = self.proc.stderr.read().strip()
+        errors.seek(0)
+        err = errors.read().strip()
+        errors.close()
+        if os.environ.get("TETHER_STORY_LOG"):
+            print("---- %s (%s) ----\n%s" % (self.label, self.kind, err), file=sys.stderr)
         if self.proc.returncode not in (0, 1) or (not self.answers and err):
             self.error = "exit %s: %s" % (self.proc.returncode, err[-300:])
 

@@ -5,6 +5,8 @@
 # C-core client, each with its own address on the compose network. Then the
 # fault cases (scripts/compose-faults.py) on the same project.
 #   scripts/compose-test.sh
+#   TETHER_FAULTS=3,4 scripts/compose-test.sh    only those fault cases, no story
+#   TETHER_STORY_LOG=1 ...                        the clients' logs with each session's row
 # The images are built FROM scratch by scripts/compose-images.sh (nothing is
 # pulled) under the tags tether-compose-test/*:latest, which later runs
 # reuse (the build is cached; an image replaced under its tag is removed).
@@ -113,7 +115,9 @@ done
 up_took=$(since "$t")
 echo "compose-test: ${compose_cmd[*]}, network $net.0/24, Envoy on 127.0.0.1:$TETHER_HTTP_PORT (admin :$TETHER_ADMIN_PORT)"
 t=$(now)
-python3 scripts/compose-story.py "$config" "$net" "$TETHER_HTTP_PORT" "$TETHER_ADMIN_PORT" "${containers[@]}"
+if [ -z "${TETHER_FAULTS:-}" ]; then
+  python3 scripts/compose-story.py "$config" "$net" "$TETHER_HTTP_PORT" "$TETHER_ADMIN_PORT" "${containers[@]}"
+fi
 story_took=$(since "$t")
 t=$(now)
 python3 scripts/compose-faults.py "$config" "$net" "$TETHER_HTTP_PORT" "$TETHER_ADMIN_PORT" "${containers[@]}"

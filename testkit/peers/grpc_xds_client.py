@@ -6,7 +6,7 @@ that answered, its address, and the Set-Cookie of the response's initial
 metadata. The bootstrap comes from GRPC_XDS_BOOTSTRAP.
 
 usage: grpc_xds_client.py [--warm N] [--warm-seconds S] [--keys-header NAME] [--message TEXT] [--jar]
-                          [--keep-going] [--failures-ok] [--pace MS]
+                          [--keep-going] [--failures-ok] [--pace MS] [--keepalive MS TIMEOUT_MS]
                           [--concurrency N] TARGET CALLS [COOKIE]
 
 --warm N first makes unprinted calls without a cookie until N distinct
@@ -40,6 +40,10 @@ ejects a failing backend).
 
 --pace MS waits MS milliseconds after each call before the next one (in
 every thread with --concurrency), so a run spreads over time.
+
+--keepalive MS TIMEOUT_MS turns on HTTP/2 keepalive (gRFC A8): a PING every
+MS milliseconds while calls are open, a connection whose PING is not answered
+within TIMEOUT_MS closed (grpc.keepalive_time_ms, grpc.keepalive_timeout_ms).
 
 --concurrency N makes the CALLS calls from N threads at once over the one
 channel, each thread starting its next call when the last one answered
@@ -197,6 +201,7 @@ def main():
     keep_going = False
     failures_ok = False
     pace = 0.0
+    options = []
     while args and args[0].startswith("--"):
         if args[0] == "--warm":
             distinct = int(args[1])
@@ -210,6 +215,11 @@ def main():
             concurrency = int(args[1])
         elif args[0] == "--pace":
             pace = int(args[1]) / 1000.0
+        elif args[0] == "--keepalive":
+            options = [("grpc.keepalive_time_ms", int(args[1])),
+                       ("grpc.keepalive_timeout_ms", int(args[2]))]
+            args = args[3:]
+            continue
         elif args[0] == "--jar":
             jar = {}
             args = args[1:]
@@ -234,7 +244,7 @@ def main():
     keys = [None] * calls
     if keys_header:
         keys = [line.rstrip("\n") for line in sys.stdin]
-    with grpc.insecure_channel(target) as channel:
+    with grpc.insecure_channel(target, options=options) as channel:
         echo = channel.unary_unary(
             "/tether.demo.v1.Echo/Echo",
             request_serializer=lambda b: b,

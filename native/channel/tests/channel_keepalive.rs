@@ -156,6 +156,65 @@ async fn a_backend_that_stops_answering_is_found_within_time_plus_timeout() {
     );
 }
 
+/// A peer that drops packets: a listener whose accept queue is full (one
+/// connection fills a backlog of 0), so the kernel drops further SYNs as a
+/// partitioned host does. Keep the two values alive while it is used.
+fn dropping_peer() -> (SocketAddr, socket2::Socket, std::net::TcpStream) {
+    use socket2::{Domain, Socket, Type};
+    let listener = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    listener
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    listener.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap().as_socket().unwrap();
+    let filler = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .expect("the first connection fills the queue");
+    (addr, listener, filler)
+}
+
+/// With keepalive on, a connection attempt to a peer that drops packets
+/// fails within about the keepalive timeout (the socket's TCP_USER_TIMEOUT,
+/// as C-core sets it), so a call waiting for that endpoint ends UNAVAILABLE
+/// at once; without keepalive the attempt runs to the 20 s connect timeout
+/// and the same call reaches its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_attempt_to_a_peer_that_drops_packets_fails_within_the_keepalive_timeout() {
+    let (addr, _listener, _filler) = dropping_peer();
+    let deadline = Duration::from_secs(3);
+    for keepalive in [true, false] {
+        let mut builder = Channel::builder();
+        if keepalive {
+            builder = builder.keepalive(
+                KeepaliveOptions::new(Duration::from_secs(1))
+                    .with_timeout(Duration::from_millis(300)),
+            );
+        }
+        let channel = builder
+            .connect_static(StaticConfig::new(
+                "dropping",
+                vec![StaticEndpoint::new(addr)],
+            ))
+            .unwrap();
+        let mut client = EchoClient::new(channel);
+        let mut r = request("x");
+        r.set_timeout(deadline);
+        let began = Instant::now();
+        let status = client.echo(r).await.expect_err("nothing answers");
+        let took = began.elapsed();
+        println!("keepalive {keepalive}: {:?} after {took:?}", status.code());
+        if keepalive {
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            // The first SYN retransmission (1 s) finds the 300 ms passed.
+            assert!(
+                took < Duration::from_millis(2500),
+                "took {took:?}: {status:?}"
+            );
+        } else {
+            assert_eq!(status.code(), tonic::Code::DeadlineExceeded, "{status:?}");
+        }
+    }
+}
+
 /// An HTTP/2 server that ends every connection with GOAWAY
 /// ENHANCE_YOUR_CALM shortly after the handshake, as a gRPC server does to
 /// a client that pings too often.

@@ -26,6 +26,7 @@ use tonic::Status;
 use super::xds::{emit, read_bootstrap, seconds};
 use tether::channel::{Channel, ChannelError, PickedPeer, Target};
 use tether::session::{CookieJar, CookieJarLayer, Layer};
+use tether::subchannel::KeepaliveOptions;
 use tether_xds::error::code_name;
 
 /// How long `--stats` waits for the channel's LB task to answer.
@@ -77,6 +78,15 @@ pub struct CallArgs {
     /// Each call's deadline, in seconds (`2`, `0.5`, `1.5s`). Default: none.
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     timeout: Option<Duration>,
+    /// HTTP/2 keepalive (gRFC A8): a PING every SECS while calls are open; a connection that
+    /// does not answer within --keepalive-timeout is closed and its calls fail UNAVAILABLE, so
+    /// a backend that stops answering without closing is left within time + timeout.
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    keepalive_time: Option<Duration>,
+    /// How long a keepalive PING may go unanswered (default 20 s, as in gRPC); needs
+    /// --keepalive-time.
+    #[arg(long, value_name = "SECS", value_parser = seconds, requires = "keepalive_time")]
+    keepalive_timeout: Option<Duration>,
     /// Wait for a usable endpoint instead of failing while there is none (gRPC's
     /// wait_for_ready); use with --timeout.
     #[arg(long)]
@@ -172,7 +182,14 @@ pub fn run(a: CallArgs) -> i32 {
         2 => log::LevelFilter::Debug,
         _ => log::LevelFilter::Trace,
     });
-    let builder = Channel::builder().wait_for_ready(a.wait_for_ready);
+    let mut builder = Channel::builder().wait_for_ready(a.wait_for_ready);
+    if let Some(time) = a.keepalive_time {
+        let mut keepalive = KeepaliveOptions::new(time);
+        if let Some(timeout) = a.keepalive_timeout {
+            keepalive = keepalive.with_timeout(timeout);
+        }
+        builder = builder.keepalive(keepalive);
+    }
     let builder = match &a.target {
         Target::Xds { .. } => match read_bootstrap(a.bootstrap.as_deref()) {
             Ok(b) => builder.bootstrap(b),

@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tether_testkit::grpc::GrpcBackend;
+use tether_testkit::partition::Partition;
 use tokio::process::Command;
 
 use control_support::{Control, TempDir};
@@ -329,6 +330,14 @@ async fn usage_errors_exit_2_naming_the_value() {
             vec!["static:///127.0.0.1:1", ECHO, "--metadata", "X-User:a"],
             "--metadata",
         ),
+        (
+            vec!["static:///127.0.0.1:1", ECHO, "--keepalive-timeout", "1"],
+            "--keepalive-time",
+        ),
+        (
+            vec!["static:///127.0.0.1:1", ECHO, "--keepalive-time", "soon"],
+            "soon",
+        ),
     ] {
         let run = call(&args).await;
         assert_eq!(run.status.code(), Some(2), "{args:?}: {}", run.stderr);
@@ -356,6 +365,49 @@ async fn an_xds_target_without_a_bootstrap_exits_1_naming_it() {
         run.stderr.contains("--bootstrap") && run.stderr.contains("missing.json"),
         "{}",
         run.stderr
+    );
+}
+
+/// `--keepalive-time`: a call in flight on a backend that stops answering
+/// (its bytes held, nothing closed) fails UNAVAILABLE within keepalive time
+/// + timeout, long before the backend would answer or the deadline.
+#[tokio::test]
+async fn keepalive_ends_a_call_on_a_backend_that_stops_answering() {
+    let a = GrpcBackend::start("a").await;
+    let partition = Partition::start(a.addr()).await;
+    // EchoRequest { message: "sleep:10000" }: answered after 10 s.
+    let args: Vec<OsString> = [
+        format!("static:///{}", partition.addr()).as_str(),
+        ECHO,
+        "--data",
+        "\n\u{b}sleep:10000",
+        "--timeout",
+        "20",
+        "--keepalive-time",
+        "0.3",
+        "--keepalive-timeout",
+        "0.5",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    let run = tokio::spawn(call_os(args));
+    let arrived =
+        tether_testkit::wait_until(Duration::from_secs(10), || async { a.hits() == 1 }).await;
+    assert!(arrived, "the call did not reach the backend");
+    partition.cut();
+    let cut = std::time::Instant::now();
+    let run = run.await.unwrap();
+    let took = cut.elapsed();
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    let calls = run.calls();
+    assert_eq!(calls.len(), 1, "{:?}", run.lines);
+    assert_eq!(calls[0]["code"], "UNAVAILABLE", "{}", calls[0]);
+    // time + timeout is 0.8 s; the backend would answer after 10 s.
+    assert!(
+        took < Duration::from_secs(4),
+        "ended {took:?} after the cut: {}",
+        calls[0]
     );
 }
 

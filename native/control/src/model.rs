@@ -751,6 +751,24 @@ pub struct ServiceSpec {
     /// `outlier_detection`).
     #[serde(default, rename = "outlierDetection")]
     pub outlier_detection: Option<OutlierDetectionSpec>,
+    /// HTTP/2 keepalive on Envoy's connections to the endpoints (`h2c`
+    /// services only). Proxyless clients set their own keepalive (gRPC
+    /// takes it from the channel, not from xDS).
+    #[serde(default)]
+    pub keepalive: Option<KeepaliveSpec>,
+}
+
+/// `keepalive` of a service: Envoy's HTTP/2 `connection_keepalive`. A
+/// connection whose PING is not answered within `timeout` is closed, so a
+/// backend that stops answering without closing (a partition, a hung host)
+/// is left within `interval` + `timeout` instead of when TCP gives up.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct KeepaliveSpec {
+    /// How often a PING is sent on a connection.
+    pub interval: DurationField,
+    /// How long a PING may go unanswered.
+    pub timeout: DurationField,
 }
 
 /// `outlierDetection` of a service: gRPC's settings (gRFC A50), each
@@ -997,6 +1015,24 @@ impl Config {
                     ));
                 }
                 od.validate(&at)?;
+            }
+            if let Some(k) = &s.keepalive {
+                if s.protocol != Protocol::H2c {
+                    return Err(ModelError::invalid(
+                        format!("{at}.keepalive"),
+                        &s.name,
+                        "needs protocol: h2c (HTTP/2 PINGs keep the connection alive)",
+                    ));
+                }
+                for (field, d) in [("interval", k.interval), ("timeout", k.timeout)] {
+                    if d.0 < Duration::from_millis(1) {
+                        return Err(ModelError::invalid(
+                            format!("{at}.keepalive.{field}"),
+                            format!("{}s", d.0.as_secs_f64()),
+                            "must be at least 1ms (Envoy's bound)",
+                        ));
+                    }
+                }
             }
             let mut addresses = HashSet::new();
             let mut priorities = std::collections::BTreeSet::new();

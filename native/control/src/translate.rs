@@ -936,7 +936,14 @@ fn cluster(
                     uhttp::http_protocol_options::ExplicitHttpConfig {
                         protocol_config: Some(
                             uhttp::http_protocol_options::explicit_http_config::ProtocolConfig::Http2ProtocolOptions(
-                                core::Http2ProtocolOptions::default(),
+                                core::Http2ProtocolOptions {
+                                    connection_keepalive: spec.keepalive.map(|k| core::KeepaliveSettings {
+                                        interval: Some(duration(k.interval.0)),
+                                        timeout: Some(duration(k.timeout.0)),
+                                        ..Default::default()
+                                    }),
+                                    ..Default::default()
+                                },
                             ),
                         ),
                     },

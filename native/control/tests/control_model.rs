@@ -622,6 +622,67 @@ fn translation_for_envoy_and_proxyless() {
     );
 }
 
+/// A service's `keepalive` reaches Envoy's HTTP/2 options (proxyless
+/// clients set their own: gRPC does not take keepalive from xDS).
+#[test]
+fn keepalive_reaches_envoy_h2_options() {
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::http_protocol_options::{
+        explicit_http_config::ProtocolConfig, UpstreamProtocolOptions,
+    };
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+    let yaml = BASE.replace(
+        "    protocol: h2c\n",
+        "    protocol: h2c\n    keepalive: { interval: 2s, timeout: 0.5s }\n",
+    );
+    let t = translate(&Config::parse(&yaml).unwrap());
+    for name in ["web", "web/session", "web/ring-hash"] {
+        let any = &t.envoy[&ResourceKind::Cluster][name];
+        let c = cpb::Cluster::decode(any.value.as_slice()).unwrap();
+        let opts = &c.typed_extension_protocol_options
+            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"];
+        let opts = HttpProtocolOptions::decode(opts.value.as_slice()).unwrap();
+        let Some(UpstreamProtocolOptions::ExplicitHttpConfig(e)) = opts.upstream_protocol_options
+        else {
+            panic!("{name}: no explicit HTTP config")
+        };
+        let Some(ProtocolConfig::Http2ProtocolOptions(h2)) = e.protocol_config else {
+            panic!("{name}: not HTTP/2")
+        };
+        let k = h2.connection_keepalive.expect("connection_keepalive");
+        let interval = k.interval.unwrap();
+        let timeout = k.timeout.unwrap();
+        assert_eq!((interval.seconds, interval.nanos), (2, 0), "{name}");
+        assert_eq!((timeout.seconds, timeout.nanos), (0, 500_000_000), "{name}");
+        let p = cluster(Flavor::Proxyless, name);
+        assert!(p.typed_extension_protocol_options.is_empty(), "{name}");
+    }
+    // Without it, none.
+    let c = cluster(Flavor::Envoy, "web");
+    let opts = HttpProtocolOptions::decode(
+        c.typed_extension_protocol_options
+            ["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+            .value
+            .as_slice(),
+    )
+    .unwrap();
+    assert!(!format!("{opts:?}").contains("KeepaliveSettings"));
+    // Errors name the field.
+    assert_err_at(
+        &BASE.replace(
+            "  - name: api\n    endpoints:",
+            "  - name: api\n    keepalive: { interval: 1s, timeout: 1s }\n    endpoints:",
+        ),
+        "services[1].keepalive: \"api\" needs protocol: h2c (HTTP/2 PINGs keep the connection alive)",
+        "{ interval: 1s, timeout: 1s }",
+    );
+    assert_err_at(
+        &yaml.replace("timeout: 0.5s", "timeout: 0s"),
+        "services[0].keepalive.timeout: \"0s\" must be at least 1ms (Envoy's bound)",
+        "0s }",
+    );
+    assert!(err(&yaml.replace("timeout: 0.5s", "timeut: 0.5s")).contains("timeut"));
+}
+
 #[test]
 fn reload_keeps_the_last_good_snapshot() {
     let dir = std::env::temp_dir().join(format!("tether-reload-{}", std::process::id()));

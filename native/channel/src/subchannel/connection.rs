@@ -285,11 +285,35 @@ pub(crate) async fn connect(
     }
 }
 
+/// Opens the TCP connection. With keepalive on, the socket gets
+/// TCP_USER_TIMEOUT = the keepalive timeout first, as C-core's client
+/// sockets do: data (the SYN included) unacknowledged that long fails the
+/// socket, so a connection attempt to a peer that drops packets (a
+/// partition) fails within the timeout instead of after the connect
+/// timeout, and a session pinned there moves that much sooner.
+async fn dial(address: SocketAddr, keepalive: Option<KeepaliveOptions>) -> io::Result<TcpStream> {
+    let Some(k) = keepalive else {
+        return TcpStream::connect(address).await;
+    };
+    let socket = match address {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    if let Err(e) = socket2::SockRef::from(&socket).set_tcp_user_timeout(Some(k.timeout)) {
+        // Keepalive still finds a dead peer; only the attempt may take longer.
+        log::debug!("subchannel {address}: TCP_USER_TIMEOUT not set: {e}");
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "fuchsia")))]
+    let _ = k;
+    socket.connect(address).await
+}
+
 async fn attempt(
     address: SocketAddr,
     keepalive: Option<KeepaliveOptions>,
 ) -> Result<(Connection, ConnectionTask), ConnectError> {
-    let stream = TcpStream::connect(address)
+    let stream = dial(address, keepalive)
         .await
         .map_err(|source| ConnectError::Connect { address, source })?;
     if let Err(e) = stream.set_nodelay(true) {
