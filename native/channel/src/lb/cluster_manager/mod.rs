@@ -58,8 +58,12 @@ impl Picker for ClusterPicker {
 
 /// The `xds_cluster_manager` policy.
 pub struct ClusterManager {
-    /// Each cluster's policy and the config it was last given.
-    children: BTreeMap<Arc<str>, (Child, LbConfig)>,
+    /// Each cluster's name, policy and the config it was last given, sorted
+    /// by name as a config's clusters are: an update walks both lists side
+    /// by side, one comparison a cluster (a pointer compare when the names
+    /// are the same allocations), where a lookup per cluster cost a few
+    /// dozen string compares and most of an update of 1,000 clusters.
+    children: Vec<(Arc<str>, Child, LbConfig)>,
     state: ConnectivityState,
     picker: SharedPicker,
 }
@@ -74,19 +78,19 @@ impl ClusterManager {
     /// A policy with no clusters yet.
     pub fn new() -> Self {
         ClusterManager {
-            children: BTreeMap::new(),
+            children: Vec::new(),
             state: ConnectivityState::Connecting,
             picker: queue_picker(),
         }
     }
 
     fn refresh(&mut self) -> bool {
-        self.state = aggregate_state(self.children.values().map(|(c, _)| c.get().state()));
+        self.state = aggregate_state(self.children.iter().map(|(_, c, _)| c.get().state()));
         self.picker = Arc::new(ClusterPicker {
             clusters: self
                 .children
                 .iter()
-                .map(|(name, (c, _))| (name.clone(), c.get().picker()))
+                .map(|(name, c, _)| (name.clone(), c.get().picker()))
                 .collect(),
         });
         true
@@ -106,34 +110,44 @@ impl LbPolicy for ClusterManager {
         let LbConfig::ClusterManager(config) = config else {
             return false;
         };
-        let before = self.children.len();
-        self.children
-            .retain(|name, _| config.clusters.contains_key(name));
+        let mut old = std::mem::take(&mut self.children).into_iter().peekable();
+        let mut children = Vec::with_capacity(config.clusters.len());
         // The picker lists the clusters: rebuilt when one goes too.
-        let mut changed = self.children.len() != before;
+        let mut changed = false;
         for (name, child) in config.clusters {
-            match self.children.get_mut(&name) {
+            // Clusters sorted before this one are gone.
+            while old
+                .peek()
+                .is_some_and(|(o, ..)| !Arc::ptr_eq(o, &name) && **o < *name)
+            {
+                old.next();
+                changed = true;
+            }
+            match old.next_if(|(o, ..)| Arc::ptr_eq(o, &name) || **o == *name) {
                 // An unchanged cluster's subtree is left as it is: an update
                 // costs what changed.
-                Some((_, last)) if same_config(last, &child) => {}
-                Some((c, last)) => {
-                    *last = child.clone();
-                    c.update(ctx, child);
+                Some(entry) if same_config(&entry.2, &child) => children.push(entry),
+                Some((o, mut c, _)) => {
+                    c.update(ctx, child.clone());
+                    children.push((o, c, child));
                     changed = true;
                 }
                 None => {
                     log::debug!("{}: cluster {name} added", ctx.target);
                     let c = Child::new(ctx, child.clone());
-                    self.children.insert(name, (c, child));
+                    children.push((name, c, child));
                     changed = true;
                 }
             }
         }
+        changed |= old.next().is_some();
+        drop(old);
+        self.children = children;
         changed && self.refresh()
     }
 
     fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
-        event_to_all(ctx, event, self.children.values_mut().map(|(c, _)| c)) && self.refresh()
+        event_to_all(ctx, event, self.children.iter_mut().map(|(_, c, _)| c)) && self.refresh()
     }
 
     fn state(&self) -> ConnectivityState {
@@ -154,8 +168,8 @@ impl LbPolicy for ClusterManager {
             sessions: Vec::new(),
             children: self
                 .children
-                .values()
-                .map(|(c, _)| c.get().stats())
+                .iter()
+                .map(|(_, c, _)| c.get().stats())
                 .collect(),
         }
     }
@@ -226,5 +240,73 @@ mod tests {
         assert!(h.with(|p, ctx| p.update(ctx, only_a)));
         assert_eq!(a_updates.load(Ordering::SeqCst), 1);
         assert_eq!(h.policy.stats().children.len(), 1);
+    }
+    /// Clusters that go, come and stay across an update, names given as
+    /// new allocations or as the same ones: each staying cluster keeps its
+    /// policy (updated only when its config changed), the picker lists
+    /// exactly the new clusters in order.
+    #[tokio::test]
+    async fn clusters_come_go_and_stay_across_updates() {
+        let counters: Vec<Arc<AtomicUsize>> =
+            (0..5).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+        let builders: Vec<Arc<dyn PolicyBuilder>> = counters
+            .iter()
+            .map(|c| Arc::new(CountingBuilder(c.clone())) as Arc<dyn PolicyBuilder>)
+            .collect();
+        let cluster = |i: usize, address: &str| {
+            LbConfig::Custom(CustomConfig {
+                endpoints: vec![endpoint(&[address])],
+                policy: custom_policy(&builders[i], serde_json::json!({})).unwrap(),
+            })
+        };
+        let names = ["a", "b", "c", "d", "e"];
+        let config = |which: &[(usize, &str)]| {
+            LbConfig::ClusterManager(Config {
+                clusters: which
+                    .iter()
+                    .map(|(i, address)| (Arc::from(names[*i]), cluster(*i, address)))
+                    .collect(),
+            })
+        };
+        let updates = || {
+            counters
+                .iter()
+                .map(|c| c.load(Ordering::SeqCst))
+                .collect::<Vec<_>>()
+        };
+        let listed = |h: &Harness<ClusterManager>| {
+            let text = format!("{:?}", h.policy.picker());
+            names
+                .iter()
+                .filter(|n| text.contains(&format!("\"{n}\"")))
+                .copied()
+                .collect::<Vec<_>>()
+        };
+        let mut h = Harness::new(ClusterManager::new());
+        assert!(h.with(|p, ctx| p.update(ctx, config(&[(1, "10.0.0.2:80"), (3, "10.0.0.4:80")]))));
+        assert_eq!(updates(), [0, 1, 0, 1, 0]);
+        assert_eq!(listed(&h), ["b", "d"]);
+        // a and c come before and between; b changes; d stays (its name a
+        // new allocation); e comes after.
+        assert!(h.with(|p, ctx| p.update(
+            ctx,
+            config(&[
+                (0, "10.0.0.1:80"),
+                (1, "10.0.0.9:80"),
+                (2, "10.0.0.3:80"),
+                (3, "10.0.0.4:80"),
+                (4, "10.0.0.5:80"),
+            ])
+        )));
+        assert_eq!(updates(), [1, 2, 1, 1, 1]);
+        assert_eq!(listed(&h), ["a", "b", "c", "d", "e"]);
+        // The first, a middle and the last go; the others stay unchanged.
+        assert!(h.with(|p, ctx| p.update(ctx, config(&[(1, "10.0.0.9:80"), (3, "10.0.0.4:80")]))));
+        assert_eq!(updates(), [1, 2, 1, 1, 1]);
+        assert_eq!(listed(&h), ["b", "d"]);
+        assert_eq!(h.policy.stats().children.len(), 2);
+        // All go.
+        assert!(h.with(|p, ctx| p.update(ctx, config(&[]))));
+        assert_eq!(listed(&h), Vec::<&str>::new());
     }
 }
