@@ -30,6 +30,7 @@ use tonic::{Request, Response, Status};
 
 use crate::backend::{accept_loop, Backend};
 use crate::graceful_socket::GracefulSocket;
+use crate::tls::ClientCertificate;
 pub use tether_proto::demo::v1::echo_client::EchoClient;
 use tonic::codegen::Service;
 
@@ -79,7 +80,7 @@ impl Backend<Grpc> {
         delay: Duration,
         failing: Option<Arc<AtomicBool>>,
     ) -> GrpcBackend {
-        Self::start_wrapped_full(name, addr, delay, failing, None, |routes| routes).await
+        Self::start_wrapped_full(name, addr, delay, failing, None, None, |routes| routes).await
     }
 
     /// Starts a backend called `name` on a random 127.0.0.1 port that ends
@@ -94,8 +95,16 @@ impl Backend<Grpc> {
             goaways: goaways.clone(),
         };
         let addr = "127.0.0.1:0".parse().expect("addr");
-        let backend =
-            Self::start_wrapped_full(name, addr, Duration::ZERO, None, Some(rotation), |r| r).await;
+        let backend = Self::start_wrapped_full(
+            name,
+            addr,
+            Duration::ZERO,
+            None,
+            Some(rotation),
+            None,
+            |r| r,
+        )
+        .await;
         (backend, goaways)
     }
 
@@ -117,7 +126,17 @@ impl Backend<Grpc> {
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let addr = "127.0.0.1:0".parse().expect("addr");
-        Self::start_wrapped_full(name, addr, Duration::ZERO, None, None, wrap).await
+        Self::start_wrapped_full(name, addr, Duration::ZERO, None, None, None, wrap).await
+    }
+
+    /// Starts a backend called `name` on a random 127.0.0.1 port that
+    /// speaks gRPC over TLS only, with `config` (see
+    /// [`crate::tls::server_config`]). Each reply carries the client
+    /// certificate's [`crate::tls::fingerprint`] in `x-client-cert` when
+    /// the client presented one.
+    pub async fn start_tls(name: &str, config: Arc<rustls::ServerConfig>) -> GrpcBackend {
+        let addr = "127.0.0.1:0".parse().expect("addr");
+        Self::start_wrapped_full(name, addr, Duration::ZERO, None, None, Some(config), |r| r).await
     }
 
     async fn start_wrapped_full<S, B>(
@@ -126,6 +145,7 @@ impl Backend<Grpc> {
         delay: Duration,
         failing: Option<Arc<AtomicBool>>,
         rotation: Option<Rotation>,
+        tls: Option<Arc<rustls::ServerConfig>>,
         wrap: impl FnOnce(Routes) -> S,
     ) -> GrpcBackend
     where
@@ -157,9 +177,32 @@ impl Backend<Grpc> {
             let _ = stream.set_nodelay(true);
             let svc = TowerToHyperService::new(routes.clone());
             let rotation = rotation.clone();
+            let tls = tls.clone();
             async move {
                 let builder = auto::Builder::new(TokioExecutor::new());
                 let builder = builder.http2_only();
+                if let Some(config) = tls {
+                    let Ok(stream) = tokio_rustls::TlsAcceptor::from(config).accept(stream).await
+                    else {
+                        return;
+                    };
+                    let cert = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|c| ClientCertificate(c.to_vec()));
+                    let svc = hyper::service::service_fn(
+                        move |mut req: tonic::codegen::http::Request<hyper::body::Incoming>| {
+                            if let Some(c) = &cert {
+                                req.extensions_mut().insert(c.clone());
+                            }
+                            hyper::service::Service::call(&svc, req)
+                        },
+                    );
+                    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                    return;
+                }
                 let Some(rotation) = rotation else {
                     let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
                     return;
@@ -390,6 +433,7 @@ impl Echo for EchoService {
         let served = self.served.fetch_add(1, Ordering::SeqCst) + 1;
         let seen = request.metadata().get("cookie").cloned();
         let timeout = request.metadata().get("grpc-timeout").cloned();
+        let client_cert = request.extensions().get::<ClientCertificate>().cloned();
         if self
             .failing
             .as_ref()
@@ -415,6 +459,11 @@ impl Echo for EchoService {
         }
         if let Some(t) = timeout {
             reply.metadata_mut().insert("x-seen-grpc-timeout", t);
+        }
+        if let Some(cert) = client_cert {
+            if let Ok(v) = crate::tls::fingerprint(&cert.0).parse() {
+                reply.metadata_mut().insert("x-client-cert", v);
+            }
         }
         Ok(reply)
     }

@@ -22,6 +22,7 @@ pub mod graceful_socket;
 pub mod grpc;
 pub mod grpcio;
 pub mod partition;
+pub mod tls;
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU32, Ordering};

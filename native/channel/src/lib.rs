@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod channel;
+pub mod credentials;
 pub mod lb;
 pub mod orca;
 pub mod session;

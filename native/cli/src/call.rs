@@ -25,6 +25,7 @@ use tonic::Status;
 
 use super::xds::{emit, read_bootstrap, seconds};
 use tether::channel::{Channel, ChannelError, PickedPeer, Target};
+use tether::credentials::{TlsConfig, TlsError};
 use tether::session::{CookieJar, CookieJarLayer, Layer};
 use tether::subchannel::KeepaliveOptions;
 use tether_xds::error::code_name;
@@ -87,6 +88,21 @@ pub struct CallArgs {
     /// --keepalive-time.
     #[arg(long, value_name = "SECS", value_parser = seconds, requires = "keepalive_time")]
     keepalive_timeout: Option<Duration>,
+    /// TLS on every connection to the endpoints, verified against the CA certificates in
+    /// FILE (PEM). Servers must carry the target's name (xds:///NAME) or, for a static
+    /// target, the endpoint's IP address, unless --tls-server-name says otherwise.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// With --tls-ca: the client certificate chain (PEM, leaf first) presented to servers
+    /// that ask (mTLS); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// With --tls-cert: its private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// With --tls-ca: the name servers' certificates must carry (a DNS name or an IP).
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    tls_server_name: Option<String>,
     /// Wait for a usable endpoint instead of failing while there is none (gRPC's
     /// wait_for_ready); use with --timeout.
     #[arg(long)]
@@ -174,6 +190,18 @@ fn parse_metadata(text: &str) -> Result<(AsciiMetadataKey, AsciiMetadataValue), 
     Ok((key, value))
 }
 
+/// The TLS configuration of `--tls-ca` and the flags that go with it.
+fn tls_config(ca: &std::path::Path, a: &CallArgs) -> Result<TlsConfig, TlsError> {
+    let mut tls = TlsConfig::from_ca_file(ca)?;
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        tls = tls.with_identity_files(cert, key)?;
+    }
+    if let Some(name) = &a.tls_server_name {
+        tls = tls.with_server_name(name)?;
+    }
+    Ok(tls)
+}
+
 /// Runs `tether call`: prints one line per call and returns the exit code.
 pub fn run(a: CallArgs) -> i32 {
     super::init_logging(match a.verbose {
@@ -189,6 +217,15 @@ pub fn run(a: CallArgs) -> i32 {
             keepalive = keepalive.with_timeout(timeout);
         }
         builder = builder.keepalive(keepalive);
+    }
+    if let Some(ca) = &a.tls_ca {
+        match tls_config(ca, &a) {
+            Ok(tls) => builder = builder.tls(tls),
+            Err(e) => {
+                eprintln!("tether: {e}");
+                return 1;
+            }
+        }
     }
     let builder = match &a.target {
         Target::Xds { .. } => match read_bootstrap(a.bootstrap.as_deref()) {

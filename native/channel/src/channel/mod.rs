@@ -37,6 +37,7 @@ use std::task::{Context, Poll};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
+use crate::credentials::TlsConfig;
 pub use crate::lb::wrr_locality::EndpointPolicy;
 use crate::lb::{ConnectivityState, Event, PolicyStats};
 use crate::subchannel::{KeepaliveOptions, SubchannelOptions, SubchannelPool};
@@ -74,6 +75,11 @@ pub enum ChannelError {
     Static(StaticConfigError),
     /// The channel was made outside a tokio runtime, which its tasks need.
     NoRuntime,
+    /// The TLS configuration cannot be used for this target.
+    Tls {
+        /// What is wrong.
+        problem: String,
+    },
 }
 
 impl fmt::Display for ChannelError {
@@ -85,6 +91,7 @@ impl fmt::Display for ChannelError {
             ChannelError::NoRuntime => f.write_str(
                 "a channel must be made inside a tokio runtime (its LB and resolver tasks run there)",
             ),
+            ChannelError::Tls { problem } => write!(f, "TLS: {problem}"),
         }
     }
 }
@@ -94,7 +101,9 @@ impl std::error::Error for ChannelError {
         match self {
             ChannelError::Bootstrap(e) => Some(e),
             ChannelError::Static(e) => Some(e),
-            ChannelError::Target { .. } | ChannelError::NoRuntime => None,
+            ChannelError::Target { .. } | ChannelError::NoRuntime | ChannelError::Tls { .. } => {
+                None
+            }
         }
     }
 }
@@ -257,6 +266,17 @@ impl ChannelBuilder {
         self
     }
 
+    /// TLS (and mTLS, with a client identity) on every connection the
+    /// channel makes to its endpoints; plaintext HTTP/2 without it. Servers
+    /// are verified against the config's server name, else the call
+    /// authority: the target's name for `xds:///` targets or the one given
+    /// to [`ChannelBuilder::authority`]; for a static target without
+    /// either, against each endpoint's IP address.
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.subchannel.tls = Some(tls);
+        self
+    }
+
     /// Whether calls are `wait_for_ready` unless they say otherwise
     /// ([`WaitForReady`]); default false, as in gRPC.
     pub fn wait_for_ready(mut self, on: bool) -> Self {
@@ -319,7 +339,7 @@ impl ChannelBuilder {
             }
         };
         let authority = self.authority.clone().unwrap_or_else(|| name.clone());
-        let mut inner = self.start(target, &authority)?;
+        let mut inner = self.start(target, &authority, true)?;
         let task = tokio::spawn(resolver::run(client, name, inner.control.clone()));
         inner.tasks.push(task.abort_handle());
         Ok(Channel {
@@ -335,15 +355,18 @@ impl ChannelBuilder {
             .authority
             .clone()
             .unwrap_or_else(|| config.cluster.clone());
-        let inner = self.start(&target::static_target(&config), &authority)?;
+        let named = self.authority.is_some();
+        let inner = self.start(&target::static_target(&config), &authority, named)?;
         let _ = inner.control.send(Control::Resolved(Ok(resolved)));
         Ok(Channel {
             inner: Arc::new(inner),
         })
     }
 
-    /// The LB task and everything a call needs, before the resolver.
-    fn start(&self, target: &str, authority: &str) -> Result<Inner, ChannelError> {
+    /// The LB task and everything a call needs, before the resolver. With
+    /// `named`, TLS verifies servers against the authority's host unless
+    /// its config names another.
+    fn start(&self, target: &str, authority: &str, named: bool) -> Result<Inner, ChannelError> {
         let authority: http::uri::Authority =
             authority.parse().map_err(|e| ChannelError::Target {
                 target: target.to_owned(),
@@ -352,11 +375,30 @@ impl ChannelBuilder {
                     reason: format!("{e}"),
                 },
             })?;
+        let mut options = self.subchannel.clone();
+        if let Some(tls) = options
+            .tls
+            .as_mut()
+            .filter(|t| named && !t.has_server_name())
+        {
+            let host = authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            *tls = tls
+                .clone()
+                .with_server_name(host)
+                .map_err(|e| ChannelError::Tls {
+                    problem: format!(
+                        "{e} (the authority {authority}); give TlsConfig::with_server_name"
+                    ),
+                })?;
+        }
         let (lb_tx, lb_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let listener_tx = lb_tx.clone();
         let pool = SubchannelPool::new(
-            self.subchannel.clone(),
+            options,
             Arc::new(move |id, address, state| {
                 let _ = listener_tx.send(Event::Subchannel(id, address, state));
             }),

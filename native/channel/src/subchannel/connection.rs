@@ -30,6 +30,7 @@ use tokio::task::{JoinError, JoinHandle};
 use tonic::body::Body;
 
 use super::KeepaliveOptions;
+use crate::credentials::{HandshakeError, TlsConfig};
 
 /// HTTP/2 frame type of SETTINGS, which must open the server's preface.
 const SETTINGS_FRAME: u8 = 0x4;
@@ -112,6 +113,11 @@ pub(crate) enum ConnectError {
         address: SocketAddr,
         source: io::Error,
     },
+    /// The TLS handshake failed, or the server did not agree to `h2`.
+    Tls {
+        address: SocketAddr,
+        source: HandshakeError,
+    },
     /// hyper's HTTP/2 handshake failed.
     Handshake {
         address: SocketAddr,
@@ -133,6 +139,9 @@ impl fmt::Display for ConnectError {
         match self {
             ConnectError::Connect { address, source } => {
                 write!(f, "connect {address} failed: {source}")
+            }
+            ConnectError::Tls { address, source } => {
+                write!(f, "TLS handshake with {address} failed: {source}")
             }
             ConnectError::Handshake { address, source } => {
                 write!(f, "HTTP/2 handshake with {address} failed: {}", Chain(source))
@@ -158,6 +167,7 @@ impl std::error::Error for ConnectError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ConnectError::Connect { source, .. } => Some(source),
+            ConnectError::Tls { source, .. } => Some(source),
             ConnectError::Handshake { source, .. } => Some(source),
             ConnectError::Closed { reason, .. } => reason.source(),
             ConnectError::NotHttp2 { .. } | ConnectError::TimedOut { .. } => None,
@@ -274,8 +284,9 @@ pub(crate) async fn connect(
     address: SocketAddr,
     timeout: Duration,
     keepalive: Option<KeepaliveOptions>,
+    tls: Option<&TlsConfig>,
 ) -> Result<(Connection, ConnectionTask), ConnectError> {
-    match tokio::time::timeout(timeout, attempt(address, keepalive)).await {
+    match tokio::time::timeout(timeout, attempt(address, keepalive, tls)).await {
         Ok(result) => result,
         // Dropping the attempt dropped its ConnectionTask, if any: aborted.
         Err(_) => Err(ConnectError::TimedOut {
@@ -312,6 +323,7 @@ async fn dial(address: SocketAddr, keepalive: Option<KeepaliveOptions>) -> io::R
 async fn attempt(
     address: SocketAddr,
     keepalive: Option<KeepaliveOptions>,
+    tls: Option<&TlsConfig>,
 ) -> Result<(Connection, ConnectionTask), ConnectError> {
     let stream = dial(address, keepalive)
         .await
@@ -320,6 +332,27 @@ async fn attempt(
         // Only latency suffers; the connection is still usable.
         log::debug!("subchannel {address}: TCP_NODELAY not set: {e}");
     }
+    match tls {
+        None => establish(address, keepalive, stream).await,
+        Some(tls) => {
+            let stream = tls
+                .handshake(address, stream)
+                .await
+                .map_err(|source| ConnectError::Tls { address, source })?;
+            establish(address, keepalive, stream).await
+        }
+    }
+}
+
+/// The HTTP/2 handshake over `io` (TCP or TLS), up to the server's SETTINGS.
+async fn establish<T>(
+    address: SocketAddr,
+    keepalive: Option<KeepaliveOptions>,
+    stream: T,
+) -> Result<(Connection, ConnectionTask), ConnectError>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (settings_tx, settings_rx) = oneshot::channel();
     let (transport_tx, transport) = watch::channel(());
     let io = TokioIo::new(PrefaceWatch::new(stream, settings_tx, transport_tx));
@@ -475,7 +508,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     async fn connect_ok(address: SocketAddr) -> (Connection, ConnectionTask) {
-        connect(address, WAIT, None).await.expect("connect")
+        connect(address, WAIT, None, None).await.expect("connect")
     }
 
     #[tokio::test]
@@ -493,7 +526,7 @@ mod tests {
     #[tokio::test]
     async fn refused_says_so() {
         let addr = refused_addr().await;
-        let error = connect(addr, WAIT, None).await.expect_err("refused");
+        let error = connect(addr, WAIT, None, None).await.expect_err("refused");
         assert!(matches!(error, ConnectError::Connect { .. }), "{error:?}");
         let message = error.to_string();
         assert!(
@@ -506,7 +539,7 @@ mod tests {
     async fn a_silent_server_times_out() {
         let (addr, _closed) = silent_server().await;
         let started = tokio::time::Instant::now();
-        let error = connect(addr, Duration::from_secs(3), None)
+        let error = connect(addr, Duration::from_secs(3), None, None)
             .await
             .expect_err("silent");
         assert!(matches!(error, ConnectError::TimedOut { .. }), "{error:?}");
@@ -529,7 +562,7 @@ mod tests {
                 tokio::time::sleep(WAIT).await;
             }
         });
-        let error = connect(addr, WAIT, None).await.expect_err("HTTP/1.1");
+        let error = connect(addr, WAIT, None, None).await.expect_err("HTTP/1.1");
         assert!(
             matches!(
                 error,
@@ -554,7 +587,7 @@ mod tests {
             // Accept and close at once.
             let _ = listener.accept().await;
         });
-        let error = connect(addr, WAIT, None).await.expect_err("closed");
+        let error = connect(addr, WAIT, None, None).await.expect_err("closed");
         assert!(matches!(error, ConnectError::Closed { .. }), "{error:?}");
         log::info!("closed before SETTINGS: {error}");
     }

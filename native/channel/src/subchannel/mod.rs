@@ -34,6 +34,7 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::{watch, Notify};
 use tokio::task::AbortHandle;
 
+use crate::credentials::TlsConfig;
 use backoff::{Backoff, BackoffConfig};
 
 /// Identifies one subchannel for as long as any handle to it lives; a
@@ -60,6 +61,9 @@ pub struct SubchannelOptions {
     pub backoff_seed: Option<u64>,
     /// HTTP/2 keepalive (gRFC A8); off by default, as in gRPC clients.
     pub keepalive: Option<KeepaliveOptions>,
+    /// TLS on every connection; plaintext HTTP/2 (h2c) when `None`, the
+    /// default.
+    pub tls: Option<TlsConfig>,
 }
 
 /// HTTP/2 keepalive as gRFC A8 and C-core define it: a connection that
@@ -112,6 +116,7 @@ impl Default for SubchannelOptions {
             min_connect_timeout: Duration::from_secs(20),
             backoff_seed: None,
             keepalive: None,
+            tls: None,
         }
     }
 }
@@ -326,7 +331,7 @@ async fn run(shared: Arc<Shared>, options: SubchannelOptions) {
             k.time = Duration::from_millis(shared.keepalive_time_ms.load(Ordering::Relaxed));
             k
         });
-        match connection::connect(shared.address, timeout, keepalive).await {
+        match connection::connect(shared.address, timeout, keepalive, options.tls.as_ref()).await {
             Ok((mut conn, mut task)) => {
                 backoff.reset();
                 serial += 1;
