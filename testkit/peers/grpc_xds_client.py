@@ -7,6 +7,7 @@ metadata. The bootstrap comes from GRPC_XDS_BOOTSTRAP.
 
 usage: grpc_xds_client.py [--warm N] [--warm-seconds S] [--keys-header NAME] [--message TEXT] [--jar]
                           [--keep-going] [--failures-ok] [--pace MS] [--keepalive MS TIMEOUT_MS]
+                          [--xds-creds] [--fail-fast]
                           [--concurrency N] TARGET CALLS [COOKIE]
 
 --warm N first makes unprinted calls without a cookie until N distinct
@@ -45,6 +46,15 @@ every thread with --concurrency), so a run spreads over time.
 MS milliseconds while calls are open, a connection whose PING is not answered
 within TIMEOUT_MS closed (grpc.keepalive_time_ms, grpc.keepalive_timeout_ms).
 
+--xds-creds makes the channel with xDS credentials (gRFC A29: the TLS each
+cluster asks for, certificates from the bootstrap's certificate_providers;
+plaintext for clusters without), instead of insecure ones. Each line then
+also has "client_cert": the reply's x-client-cert metadata (the client
+certificate the test backends saw), or null.
+
+--fail-fast makes the printed calls fail at once while no endpoint is
+usable, instead of waiting for one (gRPC's wait_for_ready off).
+
 --concurrency N makes the CALLS calls from N threads at once over the one
 channel, each thread starting its next call when the last one answered
 (lines come in the order calls end). Not with --keys-header or --jar.
@@ -56,6 +66,7 @@ import threading
 import time
 
 import grpc
+import grpc.experimental
 
 
 def varint(n):
@@ -202,6 +213,8 @@ def main():
     failures_ok = False
     pace = 0.0
     options = []
+    xds_creds = False
+    wait = True
     while args and args[0].startswith("--"):
         if args[0] == "--warm":
             distinct = int(args[1])
@@ -219,6 +232,14 @@ def main():
             options = [("grpc.keepalive_time_ms", int(args[1])),
                        ("grpc.keepalive_timeout_ms", int(args[2]))]
             args = args[3:]
+            continue
+        elif args[0] == "--xds-creds":
+            xds_creds = True
+            args = args[1:]
+            continue
+        elif args[0] == "--fail-fast":
+            wait = False
+            args = args[1:]
             continue
         elif args[0] == "--jar":
             jar = {}
@@ -244,7 +265,12 @@ def main():
     keys = [None] * calls
     if keys_header:
         keys = [line.rstrip("\n") for line in sys.stdin]
-    with grpc.insecure_channel(target, options=options) as channel:
+    if xds_creds:
+        channel = grpc.secure_channel(
+            target, grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials()), options=options)
+    else:
+        channel = grpc.insecure_channel(target, options=options)
+    with channel:
         echo = channel.unary_unary(
             "/tether.demo.v1.Echo/Echo",
             request_serializer=lambda b: b,
@@ -273,7 +299,7 @@ def main():
                     encode_request(message if message is not None else "call %d" % i),
                     metadata=metadata or None,
                     timeout=20,
-                    wait_for_ready=True,
+                    wait_for_ready=wait,
                 )
             except grpc.RpcError as e:
                 if not keep_going:
@@ -296,6 +322,9 @@ def main():
                 "address": fields.get(3, ""),
                 "set_cookie": set_cookie,
             }
+            if xds_creds:
+                line["client_cert"] = next(
+                    (v for k, v in call.initial_metadata() if k == "x-client-cert"), None)
             if keep_going:
                 line["code"] = "OK"
             print(json.dumps(line), flush=True)

@@ -143,6 +143,9 @@ pub struct Call {
     pub code: String,
     /// A failed call's status message (empty for an answered call).
     pub message: String,
+    /// The client certificate's fingerprint the TLS test backends saw
+    /// (runs with `--xds-creds`), if any.
+    pub client_cert: Option<String>,
 }
 
 impl Call {
@@ -314,5 +317,6 @@ fn parse_call(line: &str) -> Result<Call, String> {
         // Lines of runs that stop at a failure carry no code: answered.
         code: v["code"].as_str().unwrap_or("OK").to_owned(),
         message: text("message"),
+        client_cert: v["client_cert"].as_str().map(str::to_owned),
     })
 }

@@ -756,6 +756,53 @@ pub struct ServiceSpec {
     /// takes it from the channel, not from xDS).
     #[serde(default)]
     pub keepalive: Option<KeepaliveSpec>,
+    /// TLS to the endpoints for proxyless clients (gRFC A29): a CDS
+    /// `transport_socket` naming the clients' bootstrap certificate
+    /// provider instances.
+    #[serde(default)]
+    pub tls: Option<ServiceTlsSpec>,
+}
+
+/// `tls` of a service: what proxyless clients get as the cluster's
+/// `UpstreamTlsContext`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceTlsSpec {
+    /// The clients' certificate provider instance holding the roots.
+    #[serde(rename = "caInstance")]
+    pub ca_instance: String,
+    /// The instance holding the client certificate (mTLS), if any.
+    #[serde(default, rename = "identityInstance")]
+    pub identity_instance: Option<String>,
+    /// A server's certificate must have a SAN matching one of these (any
+    /// certificate that chains when empty).
+    #[serde(default, rename = "subjectAltNames")]
+    pub subject_alt_names: Vec<SanMatcherSpec>,
+}
+
+/// One SAN matcher: exactly one of `exact`, `prefix`, `suffix`,
+/// `contains`, `regex`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SanMatcherSpec {
+    /// Equal (DNS rules: case-insensitive, wildcards in the SAN).
+    #[serde(default)]
+    pub exact: Option<String>,
+    /// Starts with.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Ends with.
+    #[serde(default)]
+    pub suffix: Option<String>,
+    /// Contains.
+    #[serde(default)]
+    pub contains: Option<String>,
+    /// Matches the whole SAN (RE2 syntax).
+    #[serde(default)]
+    pub regex: Option<String>,
+    /// Compare case-insensitively (not with `regex`).
+    #[serde(default, rename = "ignoreCase")]
+    pub ignore_case: bool,
 }
 
 /// `keepalive` of a service: Envoy's HTTP/2 `connection_keepalive`. A
@@ -1015,6 +1062,49 @@ impl Config {
                     ));
                 }
                 od.validate(&at)?;
+            }
+            if let Some(t) = &s.tls {
+                if s.is_aggregate() {
+                    return Err(ModelError::invalid(
+                        format!("{at}.tls"),
+                        &s.name,
+                        "belongs on the services an aggregate service names",
+                    ));
+                }
+                if t.ca_instance.is_empty() {
+                    return Err(ModelError::invalid(
+                        format!("{at}.tls.caInstance"),
+                        "",
+                        "must name a certificate provider instance of the clients' bootstrap",
+                    ));
+                }
+                for (k, m) in t.subject_alt_names.iter().enumerate() {
+                    let set: Vec<&str> = [
+                        ("exact", &m.exact),
+                        ("prefix", &m.prefix),
+                        ("suffix", &m.suffix),
+                        ("contains", &m.contains),
+                        ("regex", &m.regex),
+                    ]
+                    .iter()
+                    .filter(|(_, v)| v.is_some())
+                    .map(|(k, _)| *k)
+                    .collect();
+                    if set.len() != 1 {
+                        return Err(ModelError::invalid(
+                            format!("{at}.tls.subjectAltNames[{k}]"),
+                            set.join(", "),
+                            "needs exactly one of exact, prefix, suffix, contains, regex",
+                        ));
+                    }
+                    if m.regex.is_some() && m.ignore_case {
+                        return Err(ModelError::invalid(
+                            format!("{at}.tls.subjectAltNames[{k}].ignoreCase"),
+                            true,
+                            "cannot be combined with regex",
+                        ));
+                    }
+                }
             }
             if let Some(k) = &s.keepalive {
                 if s.protocol != Protocol::H2c {

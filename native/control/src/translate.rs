@@ -929,6 +929,9 @@ fn cluster(
     if let Some(od) = &spec.outlier_detection {
         c.outlier_detection = Some(outlier_detection(&od.settings()));
     }
+    if let (Some(t), Flavor::Proxyless) = (&spec.tls, flavor) {
+        c.transport_socket = Some(upstream_tls(t));
+    }
     if flavor == Flavor::Envoy && spec.protocol == Protocol::H2c {
         let opts = uhttp::HttpProtocolOptions {
             upstream_protocol_options: Some(
@@ -957,6 +960,66 @@ fn cluster(
         );
     }
     c
+}
+
+/// A cluster's `transport_socket` for a service's `tls` (gRFC A29): the
+/// provider instances by name, the SAN matchers.
+// gRPC reads `match_subject_alt_names` (Envoy deprecated it for typed ones).
+#[allow(deprecated)]
+fn upstream_tls(t: &crate::model::ServiceTlsSpec) -> core::TransportSocket {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
+    use envoy_types::pb::envoy::r#type::matcher::v3 as mpb;
+    use mpb::string_matcher::MatchPattern as M;
+    let instance = |name: &str| tls::CertificateProviderPluginInstance {
+        instance_name: name.to_owned(),
+        certificate_name: String::new(),
+    };
+    let matchers = t
+        .subject_alt_names
+        .iter()
+        .filter_map(|m| {
+            let pattern = if let Some(v) = &m.exact {
+                M::Exact(v.clone())
+            } else if let Some(v) = &m.prefix {
+                M::Prefix(v.clone())
+            } else if let Some(v) = &m.suffix {
+                M::Suffix(v.clone())
+            } else if let Some(v) = &m.contains {
+                M::Contains(v.clone())
+            } else {
+                M::SafeRegex(mpb::RegexMatcher {
+                    regex: m.regex.clone()?,
+                    ..Default::default()
+                })
+            };
+            Some(mpb::StringMatcher {
+                match_pattern: Some(pattern),
+                ignore_case: m.ignore_case,
+            })
+        })
+        .collect();
+    let context = tls::UpstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            tls_certificate_provider_instance: t.identity_instance.as_deref().map(instance),
+            validation_context_type: Some(
+                tls::common_tls_context::ValidationContextType::ValidationContext(
+                    tls::CertificateValidationContext {
+                        ca_certificate_provider_instance: Some(instance(&t.ca_instance)),
+                        match_subject_alt_names: matchers,
+                        ..Default::default()
+                    },
+                ),
+            ),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    core::TransportSocket {
+        name: "envoy.transport_sockets.tls".to_owned(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(pack(
+            &context,
+        ))),
+    }
 }
 
 /// CDS `outlier_detection` for gRPC's settings (gRFC A50's mapping):

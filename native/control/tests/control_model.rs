@@ -683,6 +683,48 @@ fn keepalive_reaches_envoy_h2_options() {
     assert!(err(&yaml.replace("timeout: 0.5s", "timeut: 0.5s")).contains("timeut"));
 }
 
+/// A service's `tls` reaches proxyless clusters as A29's
+/// UpstreamTlsContext, which tether's own validation accepts; Envoy's
+/// clusters are left alone.
+#[test]
+fn tls_reaches_proxyless_clusters_as_an_upstream_tls_context() {
+    let yaml = BASE.replace(
+        "  - name: api\n    endpoints:",
+        "  - name: api\n    tls:\n      caInstance: roots\n      identityInstance: identity\n      \
+         subjectAltNames:\n        - exact: spiffe://td/sa/api\n        - suffix: .api.test\n          \
+         ignoreCase: true\n    endpoints:",
+    );
+    let t = translate(&Config::parse(&yaml).unwrap());
+    let p =
+        cpb::Cluster::decode(t.proxyless[&ResourceKind::Cluster]["api"].value.as_slice()).unwrap();
+    assert!(p.transport_socket.is_some());
+    let mut options = tether_xds::resource::ValidationOptions::default();
+    options.certificate_providers = ["roots".to_owned(), "identity".to_owned()].into();
+    let Ok(tether_xds::Resource::Cluster(c)) = tether_xds::resource::decode_with(
+        ResourceKind::Cluster,
+        &t.proxyless[&ResourceKind::Cluster]["api"],
+        options,
+    )
+    .result
+    else {
+        panic!("tether NACKs tether-control's cluster")
+    };
+    let security = c.security.clone().expect("the cluster's TLS");
+    assert_eq!(security.roots.instance_name, "roots");
+    assert_eq!(security.identity.unwrap().instance_name, "identity");
+    assert_eq!(security.san_matchers.len(), 2);
+    assert!(security.san_matchers[1].ignore_case);
+    assert!(cluster(Flavor::Envoy, "api").transport_socket.is_none());
+    // Errors name the field.
+    assert_err_at(
+        &yaml.replace("        - exact: spiffe://td/sa/api\n", "        - { exact: a, prefix: b }\n"),
+        "services[1].tls.subjectAltNames[0]: \"exact, prefix\" needs exactly one of exact, prefix, suffix, \
+         contains, regex",
+        "{ exact: a",
+    );
+    assert!(err(&yaml.replace("caInstance", "caInstanse")).contains("caInstanse"));
+}
+
 #[test]
 fn reload_keeps_the_last_good_snapshot() {
     let dir = std::env::temp_dir().join(format!("tether-reload-{}", std::process::id()));

@@ -16,8 +16,15 @@
 //! [`Bootstrap::from_env`] reads `GRPC_XDS_BOOTSTRAP` (a file) or
 //! `GRPC_XDS_BOOTSTRAP_CONFIG` (the JSON itself), as gRPC does. Only the
 //! first server is used; only `insecure` channel credentials are supported.
+//! `certificate_providers` (gRFC A29) defines the instances a cluster's TLS
+//! names, with the `file_watcher` plugin:
+//! `{"ca": {"plugin_name": "file_watcher", "config": {"certificate_file": "cert.pem",
+//! "private_key_file": "key.pem", "ca_certificate_file": "ca.pem", "refresh_interval": "60s"}}}`.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3 as core;
 use envoy_types::pb::google::protobuf as pbany;
@@ -98,7 +105,54 @@ pub struct Bootstrap {
     pub servers: Vec<XdsServer>,
     /// The node this client presents.
     pub node: core::Node,
+    /// `certificate_providers`: the instances a cluster's TLS (gRFC A29)
+    /// may name, by instance name.
+    pub certificate_providers: BTreeMap<String, CertificateProvider>,
 }
+
+/// A certificate provider instance of the bootstrap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CertificateProvider {
+    /// `file_watcher`: PEM files read again every `refresh_interval`.
+    FileWatcher(FileWatcher),
+}
+
+/// The `file_watcher` plugin's config, as gRPC reads it: an identity
+/// (`certificate_file` with `private_key_file`), roots
+/// (`ca_certificate_file`), or both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileWatcher {
+    /// The certificate chain (PEM), with `private_key_file`.
+    pub certificate_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub private_key_file: Option<PathBuf>,
+    /// The roots (PEM).
+    pub ca_certificate_file: Option<PathBuf>,
+    /// How often the files are read again (default 10 minutes).
+    pub refresh_interval: Duration,
+}
+
+impl FileWatcher {
+    /// A `file_watcher` config (as the bootstrap's JSON would give it).
+    pub fn new(
+        certificate_file: Option<PathBuf>,
+        private_key_file: Option<PathBuf>,
+        ca_certificate_file: Option<PathBuf>,
+        refresh_interval: Duration,
+    ) -> Self {
+        FileWatcher {
+            certificate_file,
+            private_key_file,
+            ca_certificate_file,
+            refresh_interval,
+        }
+    }
+}
+
+/// `file_watcher`'s default `refresh_interval`.
+pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(600);
 
 /// Environment variable naming a bootstrap file.
 pub const ENV_FILE: &str = "GRPC_XDS_BOOTSTRAP";
@@ -157,9 +211,14 @@ impl Bootstrap {
             None => core::Node::default(),
             Some(n) => node(n)?,
         };
+        let certificate_providers = match root.get("certificate_providers") {
+            None => BTreeMap::new(),
+            Some(v) => certificate_providers(v)?,
+        };
         Ok(Bootstrap {
             servers: parsed,
             node,
+            certificate_providers,
         })
     }
 
@@ -250,6 +309,87 @@ fn server(v: &Value, field: &str) -> Result<XdsServer, BootstrapError> {
         server_uri: uri,
         server_features,
     })
+}
+
+fn certificate_providers(
+    v: &Value,
+) -> Result<BTreeMap<String, CertificateProvider>, BootstrapError> {
+    let mut out = BTreeMap::new();
+    for (name, def) in object(v, "certificate_providers")? {
+        let field = format!("certificate_providers[{name:?}]");
+        let def = object(def, &field)?;
+        let plugin = string(def, "plugin_name", &field)?;
+        if plugin != "file_watcher" {
+            return Err(BootstrapError::new(
+                &format!("{field}.plugin_name"),
+                &plugin,
+                "is not a known plugin (tether knows \"file_watcher\")",
+            ));
+        }
+        let config_field = format!("{field}.config");
+        let empty = Map::new();
+        let config = match def.get("config") {
+            None => &empty,
+            Some(c) => object(c, &config_field)?,
+        };
+        let path = |key: &str| -> Result<Option<PathBuf>, BootstrapError> {
+            let p = string(config, key, &config_field)?;
+            Ok((!p.is_empty()).then(|| PathBuf::from(p)))
+        };
+        let watcher = FileWatcher {
+            certificate_file: path("certificate_file")?,
+            private_key_file: path("private_key_file")?,
+            ca_certificate_file: path("ca_certificate_file")?,
+            refresh_interval: match config.get("refresh_interval") {
+                None => DEFAULT_REFRESH_INTERVAL,
+                Some(Value::String(d)) => parse_duration(d).ok_or_else(|| {
+                    BootstrapError::new(
+                        &format!("{config_field}.refresh_interval"),
+                        d,
+                        "is not a duration such as \"600s\"",
+                    )
+                })?,
+                Some(other) => {
+                    return Err(BootstrapError::new(
+                        &format!("{config_field}.refresh_interval"),
+                        &other.to_string(),
+                        "is not a duration string such as \"600s\"",
+                    ))
+                }
+            },
+        };
+        if watcher.certificate_file.is_some() != watcher.private_key_file.is_some() {
+            return Err(BootstrapError::new(
+                &config_field,
+                "",
+                "needs both certificate_file and private_key_file, or neither",
+            ));
+        }
+        if watcher.certificate_file.is_none() && watcher.ca_certificate_file.is_none() {
+            return Err(BootstrapError::new(
+                &config_field,
+                "",
+                "needs certificate_file or ca_certificate_file",
+            ));
+        }
+        if watcher.refresh_interval.is_zero() {
+            return Err(BootstrapError::new(
+                &format!("{config_field}.refresh_interval"),
+                "0s",
+                "must be greater than 0",
+            ));
+        }
+        out.insert(name.clone(), CertificateProvider::FileWatcher(watcher));
+    }
+    Ok(out)
+}
+
+/// A protobuf-JSON duration: seconds with an `s` (`"600s"`, `"0.5s"`).
+fn parse_duration(text: &str) -> Option<Duration> {
+    let secs: f64 = text.strip_suffix('s')?.parse().ok()?;
+    (0.0..1e12)
+        .contains(&secs)
+        .then(|| Duration::from_secs_f64(secs))
 }
 
 fn node(v: &Value) -> Result<core::Node, BootstrapError> {

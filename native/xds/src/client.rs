@@ -176,6 +176,8 @@ pub struct XdsClient {
     shared: Arc<Shared>,
     server_uri: Arc<str>,
     node_id: Arc<str>,
+    certificate_providers:
+        Arc<std::collections::BTreeMap<String, crate::bootstrap::CertificateProvider>>,
     _stopper: Arc<Stopper>,
 }
 
@@ -229,7 +231,11 @@ impl XdsClient {
             deadlines: HashMap::new(),
             backoff,
             dne_timeout: options.does_not_exist_timeout,
-            validation: options.validation,
+            validation: {
+                let mut v = options.validation;
+                v.certificate_providers = bootstrap.certificate_providers.keys().cloned().collect();
+                v
+            },
             channel_error: None,
         };
         let handle = tokio::spawn(actor.run());
@@ -237,6 +243,7 @@ impl XdsClient {
             shared,
             server_uri: server.server_uri.into(),
             node_id: bootstrap.node.id.into(),
+            certificate_providers: Arc::new(bootstrap.certificate_providers.clone()),
             _stopper: Arc::new(Stopper(handle.abort_handle())),
         })
     }
@@ -249,6 +256,14 @@ impl XdsClient {
     /// The node ID this client presents.
     pub fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    /// The bootstrap's certificate provider instances (gRFC A29), which
+    /// the clusters this client accepts may name.
+    pub fn certificate_providers(
+        &self,
+    ) -> &std::collections::BTreeMap<String, crate::bootstrap::CertificateProvider> {
+        &self.certificate_providers
     }
 
     /// Watches a resource. A cached resource is in [`Watcher::current`] at

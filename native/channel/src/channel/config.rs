@@ -332,6 +332,7 @@ impl StaticConfig {
                 idle_timeout: DEFAULT_IDLE_TIMEOUT,
                 max_requests: DEFAULT_MAX_REQUESTS,
                 outlier_detection: None,
+                security: None,
             }),
             endpoints: Arc::new(EndpointsResource {
                 cluster_name: self.cluster.clone(),

@@ -37,7 +37,7 @@ use std::task::{Context, Poll};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
-use crate::credentials::TlsConfig;
+use crate::credentials::{ProviderStore, TlsConfig};
 pub use crate::lb::wrr_locality::EndpointPolicy;
 use crate::lb::{ConnectivityState, Event, PolicyStats};
 use crate::subchannel::{KeepaliveOptions, SubchannelOptions, SubchannelPool};
@@ -228,6 +228,8 @@ pub struct ChannelBuilder {
     wait_for_ready: bool,
     authority: Option<String>,
     session: SessionOptions,
+    /// Ignore clusters' TLS (gRFC A29) when set.
+    no_xds_credentials: bool,
 }
 
 impl ChannelBuilder {
@@ -274,6 +276,18 @@ impl ChannelBuilder {
     /// either, against each endpoint's IP address.
     pub fn tls(mut self, tls: TlsConfig) -> Self {
         self.subchannel.tls = Some(tls);
+        self
+    }
+
+    /// Whether an `xds:///` target's connections use the TLS each cluster
+    /// asks for (gRFC A29's xDS credentials: a CDS `transport_socket` with
+    /// an `UpstreamTlsContext`, certificates from the bootstrap's
+    /// `certificate_providers`); on by default. Off, clusters' TLS is
+    /// ignored and every connection uses the channel's own credentials
+    /// ([`ChannelBuilder::tls`], else plaintext), as a gRPC channel made
+    /// with insecure or TLS credentials does.
+    pub fn xds_credentials(mut self, on: bool) -> Self {
+        self.no_xds_credentials = !on;
         self
     }
 
@@ -339,7 +353,9 @@ impl ChannelBuilder {
             }
         };
         let authority = self.authority.clone().unwrap_or_else(|| name.clone());
-        let mut inner = self.start(target, &authority, true)?;
+        let providers = (!self.no_xds_credentials)
+            .then(|| ProviderStore::new(client.certificate_providers().clone()));
+        let mut inner = self.start(target, &authority, true, providers)?;
         let task = tokio::spawn(resolver::run(client, name, inner.control.clone()));
         inner.tasks.push(task.abort_handle());
         Ok(Channel {
@@ -356,7 +372,7 @@ impl ChannelBuilder {
             .clone()
             .unwrap_or_else(|| config.cluster.clone());
         let named = self.authority.is_some();
-        let inner = self.start(&target::static_target(&config), &authority, named)?;
+        let inner = self.start(&target::static_target(&config), &authority, named, None)?;
         let _ = inner.control.send(Control::Resolved(Ok(resolved)));
         Ok(Channel {
             inner: Arc::new(inner),
@@ -366,7 +382,13 @@ impl ChannelBuilder {
     /// The LB task and everything a call needs, before the resolver. With
     /// `named`, TLS verifies servers against the authority's host unless
     /// its config names another.
-    fn start(&self, target: &str, authority: &str, named: bool) -> Result<Inner, ChannelError> {
+    fn start(
+        &self,
+        target: &str,
+        authority: &str,
+        named: bool,
+        providers: Option<ProviderStore>,
+    ) -> Result<Inner, ChannelError> {
         let authority: http::uri::Authority =
             authority.parse().map_err(|e| ChannelError::Target {
                 target: target.to_owned(),
@@ -397,11 +419,12 @@ impl ChannelBuilder {
         let (lb_tx, lb_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let listener_tx = lb_tx.clone();
-        let pool = SubchannelPool::new(
+        let pool = SubchannelPool::with_providers(
             options,
             Arc::new(move |id, address, state| {
                 let _ = listener_tx.send(Event::Subchannel(id, address, state));
             }),
+            providers,
         );
         let shared = Arc::new(Shared::new());
         let serializer = WorkSerializer::new(

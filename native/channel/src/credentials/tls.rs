@@ -254,14 +254,24 @@ impl TlsConfig {
             .server_name
             .clone()
             .unwrap_or_else(|| ServerName::IpAddress(address.ip().into()));
-        let tls = TlsConnector::from(self.client.clone())
-            .connect(name, stream)
-            .await
-            .map_err(HandshakeError::Tls)?;
-        match tls.get_ref().1.alpn_protocol() {
-            Some(b"h2") => Ok(tls),
-            other => Err(HandshakeError::Alpn(other.map(<[u8]>::to_vec))),
-        }
+        connect_h2(self.client.clone(), name, stream).await
+    }
+}
+
+/// The TLS handshake with `config` over `stream`; the server must agree to
+/// ALPN `h2`, as gRPC requires.
+pub(crate) async fn connect_h2(
+    config: Arc<ClientConfig>,
+    name: ServerName<'static>,
+    stream: TcpStream,
+) -> Result<TlsStream<TcpStream>, HandshakeError> {
+    let tls = TlsConnector::from(config)
+        .connect(name, stream)
+        .await
+        .map_err(HandshakeError::Tls)?;
+    match tls.get_ref().1.alpn_protocol() {
+        Some(b"h2") => Ok(tls),
+        other => Err(HandshakeError::Alpn(other.map(<[u8]>::to_vec))),
     }
 }
 
@@ -273,6 +283,9 @@ pub(crate) enum HandshakeError {
     Tls(std::io::Error),
     /// The server did not agree to ALPN `h2` (what it chose, if anything).
     Alpn(Option<Vec<u8>>),
+    /// The certificates to use could not be had (an xDS certificate
+    /// provider's files).
+    Credentials(String),
 }
 
 impl fmt::Display for HandshakeError {
@@ -282,6 +295,7 @@ impl fmt::Display for HandshakeError {
             HandshakeError::Alpn(None) => {
                 f.write_str("the server chose no ALPN protocol (gRPC needs h2)")
             }
+            HandshakeError::Credentials(e) => f.write_str(e),
             HandshakeError::Alpn(Some(p)) => write!(
                 f,
                 "the server chose ALPN {:?} (gRPC needs h2)",
@@ -295,7 +309,7 @@ impl std::error::Error for HandshakeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             HandshakeError::Tls(e) => Some(e),
-            HandshakeError::Alpn(_) => None,
+            HandshakeError::Alpn(_) | HandshakeError::Credentials(_) => None,
         }
     }
 }

@@ -76,6 +76,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::Status;
 
+use crate::credentials::XdsSecurity;
+use crate::subchannel::pool::Security;
 pub use crate::subchannel::ConnectivityState;
 pub use crate::subchannel::{Subchannel, SubchannelId, SubchannelPool};
 pub use crate::xds::resource::endpoint::HealthStatus;
@@ -386,6 +388,9 @@ pub struct Ctx<'a> {
     next_timer: &'a mut u64,
     /// Names the channel in log lines (its target).
     pub target: &'a str,
+    /// The xDS-managed TLS of the cluster being updated (set by `cds` for
+    /// its subtree): the subchannels made now use it.
+    pub(crate) security: Security,
 }
 
 impl<'a> Ctx<'a> {
@@ -401,18 +406,31 @@ impl<'a> Ctx<'a> {
             events,
             next_timer,
             target,
+            security: None,
         }
     }
 
     /// The subchannel for `address`: the pool's existing one (shared with
-    /// other clusters) or a new one in IDLE.
+    /// other clusters using the same credentials) or a new one in IDLE.
     pub fn subchannel(&self, address: SocketAddr) -> Subchannel {
-        self.pool.get(address)
+        self.pool.get_secured(address, &self.security)
     }
 
     /// The pool's live subchannel for `address`, if any (none is created).
     pub fn existing_subchannel(&self, address: SocketAddr) -> Option<Subchannel> {
-        self.pool.peek(address)
+        self.pool.peek_secured(address, &self.security)
+    }
+
+    /// The security for a cluster that asks for `tls` (gRFC A29): `None`
+    /// without, or when the channel does not use xDS credentials.
+    pub(crate) fn security_for(
+        &self,
+        tls: Option<&tether_xds::resource::security::UpstreamTls>,
+    ) -> Result<Security, String> {
+        match (tls, self.pool.providers()) {
+            (Some(tls), Some(store)) => XdsSecurity::new(tls, store).map(|s| Some(Arc::new(s))),
+            _ => Ok(None),
+        }
     }
 
     /// A sender of events to the LB task, for pickers that must ask it to

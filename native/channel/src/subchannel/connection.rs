@@ -30,7 +30,7 @@ use tokio::task::{JoinError, JoinHandle};
 use tonic::body::Body;
 
 use super::KeepaliveOptions;
-use crate::credentials::{HandshakeError, TlsConfig};
+use crate::credentials::{HandshakeError, Transport};
 
 /// HTTP/2 frame type of SETTINGS, which must open the server's preface.
 const SETTINGS_FRAME: u8 = 0x4;
@@ -284,9 +284,9 @@ pub(crate) async fn connect(
     address: SocketAddr,
     timeout: Duration,
     keepalive: Option<KeepaliveOptions>,
-    tls: Option<&TlsConfig>,
+    transport: &Transport,
 ) -> Result<(Connection, ConnectionTask), ConnectError> {
-    match tokio::time::timeout(timeout, attempt(address, keepalive, tls)).await {
+    match tokio::time::timeout(timeout, attempt(address, keepalive, transport)).await {
         Ok(result) => result,
         // Dropping the attempt dropped its ConnectionTask, if any: aborted.
         Err(_) => Err(ConnectError::TimedOut {
@@ -323,7 +323,7 @@ async fn dial(address: SocketAddr, keepalive: Option<KeepaliveOptions>) -> io::R
 async fn attempt(
     address: SocketAddr,
     keepalive: Option<KeepaliveOptions>,
-    tls: Option<&TlsConfig>,
+    transport: &Transport,
 ) -> Result<(Connection, ConnectionTask), ConnectError> {
     let stream = dial(address, keepalive)
         .await
@@ -332,13 +332,15 @@ async fn attempt(
         // Only latency suffers; the connection is still usable.
         log::debug!("subchannel {address}: TCP_NODELAY not set: {e}");
     }
-    match tls {
-        None => establish(address, keepalive, stream).await,
-        Some(tls) => {
-            let stream = tls
-                .handshake(address, stream)
-                .await
-                .map_err(|source| ConnectError::Tls { address, source })?;
+    let tls = |source| ConnectError::Tls { address, source };
+    match transport {
+        Transport::Plain => establish(address, keepalive, stream).await,
+        Transport::Tls(config) => {
+            let stream = config.handshake(address, stream).await.map_err(tls)?;
+            establish(address, keepalive, stream).await
+        }
+        Transport::Xds(security) => {
+            let stream = security.handshake(address, stream).await.map_err(tls)?;
             establish(address, keepalive, stream).await
         }
     }
@@ -508,7 +510,9 @@ mod tests {
     use tokio::net::TcpListener;
 
     async fn connect_ok(address: SocketAddr) -> (Connection, ConnectionTask) {
-        connect(address, WAIT, None, None).await.expect("connect")
+        connect(address, WAIT, None, &Transport::Plain)
+            .await
+            .expect("connect")
     }
 
     #[tokio::test]
@@ -526,7 +530,9 @@ mod tests {
     #[tokio::test]
     async fn refused_says_so() {
         let addr = refused_addr().await;
-        let error = connect(addr, WAIT, None, None).await.expect_err("refused");
+        let error = connect(addr, WAIT, None, &Transport::Plain)
+            .await
+            .expect_err("refused");
         assert!(matches!(error, ConnectError::Connect { .. }), "{error:?}");
         let message = error.to_string();
         assert!(
@@ -539,7 +545,7 @@ mod tests {
     async fn a_silent_server_times_out() {
         let (addr, _closed) = silent_server().await;
         let started = tokio::time::Instant::now();
-        let error = connect(addr, Duration::from_secs(3), None, None)
+        let error = connect(addr, Duration::from_secs(3), None, &Transport::Plain)
             .await
             .expect_err("silent");
         assert!(matches!(error, ConnectError::TimedOut { .. }), "{error:?}");
@@ -562,7 +568,9 @@ mod tests {
                 tokio::time::sleep(WAIT).await;
             }
         });
-        let error = connect(addr, WAIT, None, None).await.expect_err("HTTP/1.1");
+        let error = connect(addr, WAIT, None, &Transport::Plain)
+            .await
+            .expect_err("HTTP/1.1");
         assert!(
             matches!(
                 error,
@@ -587,7 +595,9 @@ mod tests {
             // Accept and close at once.
             let _ = listener.accept().await;
         });
-        let error = connect(addr, WAIT, None, None).await.expect_err("closed");
+        let error = connect(addr, WAIT, None, &Transport::Plain)
+            .await
+            .expect_err("closed");
         assert!(matches!(error, ConnectError::Closed { .. }), "{error:?}");
         log::info!("closed before SETTINGS: {error}");
     }

@@ -16,7 +16,7 @@
 
 pub mod backoff;
 mod connection;
-mod pool;
+pub(crate) mod pool;
 mod state;
 
 pub(crate) use connection::Chain;
@@ -34,7 +34,7 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::{watch, Notify};
 use tokio::task::AbortHandle;
 
-use crate::credentials::TlsConfig;
+use crate::credentials::{TlsConfig, Transport};
 use backoff::{Backoff, BackoffConfig};
 
 /// Identifies one subchannel for as long as any handle to it lives; a
@@ -315,7 +315,7 @@ impl Shared {
 
 /// The subchannel's background task: connect when asked, hold the
 /// connection while it lives, back off after failures.
-async fn run(shared: Arc<Shared>, options: SubchannelOptions) {
+async fn run(shared: Arc<Shared>, options: SubchannelOptions, transport: Transport) {
     let mut backoff = match options.backoff_seed {
         Some(seed) => Backoff::with_seed(options.backoff, seed),
         None => Backoff::new(options.backoff),
@@ -331,7 +331,7 @@ async fn run(shared: Arc<Shared>, options: SubchannelOptions) {
             k.time = Duration::from_millis(shared.keepalive_time_ms.load(Ordering::Relaxed));
             k
         });
-        match connection::connect(shared.address, timeout, keepalive, options.tls.as_ref()).await {
+        match connection::connect(shared.address, timeout, keepalive, &transport).await {
             Ok((mut conn, mut task)) => {
                 backoff.reset();
                 serial += 1;
@@ -375,6 +375,7 @@ impl Subchannel {
         options: &SubchannelOptions,
         listener: StateListener,
         runtime: Option<&tokio::runtime::Handle>,
+        transport: Transport,
     ) -> Subchannel {
         let (state_tx, _) = watch::channel(ConnectivityState::Idle);
         let shared = Arc::new(Shared {
@@ -402,7 +403,7 @@ impl Subchannel {
         });
         let task = match runtime {
             Some(rt) => Some(
-                rt.spawn(run(shared.clone(), options.clone()))
+                rt.spawn(run(shared.clone(), options.clone(), transport))
                     .abort_handle(),
             ),
             None => {

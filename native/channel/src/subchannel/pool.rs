@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::{StateListener, Subchannel, SubchannelId, SubchannelOptions, WeakSubchannel};
+use crate::credentials::{ProviderStore, Transport, XdsSecurity};
 
 /// Creates and shares subchannels by address; clones share the pool.
 #[derive(Clone)]
@@ -18,6 +19,9 @@ pub struct SubchannelPool(Arc<Inner>);
 
 struct Inner {
     options: SubchannelOptions,
+    /// The bootstrap's certificate providers, when the channel honours
+    /// its clusters' TLS (xDS credentials, gRFC A29).
+    providers: Option<ProviderStore>,
     listener: StateListener,
     /// Where tasks go when `get` is called outside a runtime.
     runtime: Option<tokio::runtime::Handle>,
@@ -25,10 +29,12 @@ struct Inner {
     live: Mutex<Live>,
 }
 
-/// The weak handles by address, and when next to sweep out the dead ones.
+/// The weak handles by address (one per xDS security config the address
+/// is used with: clusters asking for different TLS do not share a
+/// connection), and when next to sweep out the dead ones.
 #[derive(Default)]
 struct Live {
-    map: HashMap<SocketAddr, WeakSubchannel>,
+    map: HashMap<SocketAddr, Vec<(Security, WeakSubchannel)>>,
     /// Sweep once the map reaches this size: each sweep is paid for by as
     /// many insertions, so an update that adds n addresses stays O(n).
     sweep_at: usize,
@@ -38,13 +44,29 @@ impl SubchannelPool {
     /// An empty pool whose subchannels connect with `options` and report
     /// their state changes to `listener`.
     pub fn new(options: SubchannelOptions, listener: StateListener) -> Self {
+        Self::with_providers(options, listener, None)
+    }
+
+    /// A pool whose clusters' TLS (gRFC A29) uses `providers`; without,
+    /// clusters' TLS is ignored and the channel's own credentials apply.
+    pub(crate) fn with_providers(
+        options: SubchannelOptions,
+        listener: StateListener,
+        providers: Option<ProviderStore>,
+    ) -> Self {
         SubchannelPool(Arc::new(Inner {
             options,
+            providers,
             listener,
             runtime: tokio::runtime::Handle::try_current().ok(),
             next_id: AtomicU64::new(1),
             live: Mutex::new(Live::default()),
         }))
+    }
+
+    /// The certificate providers for clusters' TLS, if honoured.
+    pub(crate) fn providers(&self) -> Option<&ProviderStore> {
+        self.0.providers.as_ref()
     }
 
     fn live(&self) -> MutexGuard<'_, Live> {
@@ -55,51 +77,97 @@ impl SubchannelPool {
     /// The live subchannel for `address` (shared: same id while any handle
     /// lives), else a new one in IDLE.
     pub fn get(&self, address: SocketAddr) -> Subchannel {
+        self.get_secured(address, &None)
+    }
+
+    /// [`SubchannelPool::get`] for a cluster whose connections use
+    /// `security` (gRFC A29), else the channel's own credentials.
+    pub(crate) fn get_secured(&self, address: SocketAddr, security: &Security) -> Subchannel {
         let mut live = self.live();
-        if let Some(subchannel) = live.map.get(&address).and_then(WeakSubchannel::upgrade) {
+        if let Some(subchannel) = find(&live, address, security) {
             return subchannel;
         }
         if live.map.len() >= live.sweep_at {
-            live.map.retain(|_, weak| !weak.is_dead());
+            live.map.retain(|_, entries| {
+                entries.retain(|(_, weak)| !weak.is_dead());
+                !entries.is_empty()
+            });
             live.sweep_at = (live.map.len() * 2).max(64);
         }
         let id = SubchannelId(self.0.next_id.fetch_add(1, Ordering::Relaxed));
         let runtime = tokio::runtime::Handle::try_current()
             .ok()
             .or_else(|| self.0.runtime.clone());
+        let transport = match (security, &self.0.options.tls) {
+            (Some(s), _) => Transport::Xds(s.clone()),
+            (None, Some(tls)) => Transport::Tls(tls.clone()),
+            (None, None) => Transport::Plain,
+        };
         let subchannel = Subchannel::new(
             id,
             address,
             &self.0.options,
             self.0.listener.clone(),
             runtime.as_ref(),
+            transport,
         );
         log::debug!("subchannel {address}: created as {id}");
-        live.map.insert(address, subchannel.downgrade());
+        let entries = live.map.entry(address).or_default();
+        entries.retain(|(s, weak)| !weak.is_dead() && !same(s, security));
+        entries.push((security.clone(), subchannel.downgrade()));
         subchannel
     }
 
     /// The live subchannel for `address`, if any (never creates one).
     pub fn peek(&self, address: SocketAddr) -> Option<Subchannel> {
-        self.live()
-            .map
-            .get(&address)
-            .and_then(WeakSubchannel::upgrade)
+        self.peek_secured(address, &None)
+    }
+
+    /// [`SubchannelPool::peek`] with `security`.
+    pub(crate) fn peek_secured(
+        &self,
+        address: SocketAddr,
+        security: &Security,
+    ) -> Option<Subchannel> {
+        find(&self.live(), address, security)
     }
 
     /// Every live subchannel, sorted by address.
     pub fn subchannels(&self) -> Vec<Subchannel> {
         let mut all: Vec<Subchannel> = {
             let mut live = self.live();
-            live.map.retain(|_, weak| !weak.is_dead());
+            live.map.retain(|_, entries| {
+                entries.retain(|(_, weak)| !weak.is_dead());
+                !entries.is_empty()
+            });
             live.map
                 .values()
-                .filter_map(WeakSubchannel::upgrade)
+                .flatten()
+                .filter_map(|(_, weak)| weak.upgrade())
                 .collect()
         };
         all.sort_by_key(Subchannel::address);
         all
     }
+}
+
+/// The xDS security config a subchannel's cluster asked for, if any.
+pub(crate) type Security = Option<Arc<XdsSecurity>>;
+
+fn same(a: &Security, b: &Security) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || **a == **b,
+        _ => false,
+    }
+}
+
+fn find(live: &Live, address: SocketAddr, security: &Security) -> Option<Subchannel> {
+    live.map
+        .get(&address)?
+        .iter()
+        .find(|(s, _)| same(s, security))
+        .and_then(|(_, weak)| weak.upgrade())
 }
 
 impl fmt::Debug for SubchannelPool {

@@ -78,6 +78,9 @@ pub struct ClusterResource {
     pub max_requests: u32,
     /// Outlier detection (A50), when the cluster sets `outlier_detection`.
     pub outlier_detection: Option<OutlierDetectionConfig>,
+    /// The TLS its connections must use (A29: `transport_socket`), when
+    /// the cluster asks for it.
+    pub security: Option<super::security::UpstreamTls>,
 }
 
 /// gRPC's default `max_requests`.
@@ -279,6 +282,7 @@ pub(crate) fn validate(c: &mut Check, cl: &Cluster) -> ClusterResource {
             .outlier_detection
             .as_ref()
             .and_then(|od| c.at("outlier_detection", |c| outlier_detection(c, od))),
+        security: super::security::upstream_tls(c, cl),
     }
 }
 

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod endpoint;
 pub mod listener;
 pub mod route;
+pub mod security;
 pub mod typed_struct;
 
 use std::fmt;
@@ -182,6 +183,10 @@ pub struct ValidationOptions {
     /// Custom LB policies (gRFC A52) a cluster's `load_balancing_policy`
     /// may select by name; none by default.
     pub policies: crate::lb_config::registry::ParserRegistry,
+    /// The bootstrap's certificate provider instance names: a cluster's
+    /// TLS (A29) may name only these. The XdsClient fills it in from its
+    /// bootstrap.
+    pub certificate_providers: std::collections::BTreeSet<String>,
 }
 
 /// Collects field errors while walking a message; `at` pushes a path segment.

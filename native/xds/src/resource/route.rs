@@ -69,7 +69,7 @@ impl PartialEq for Pattern {
 
 impl Pattern {
     /// `m`'s regex, which must match the whole input.
-    fn new(c: &mut Check, m: &mpb::RegexMatcher) -> Option<Pattern> {
+    pub(crate) fn new(c: &mut Check, m: &mpb::RegexMatcher) -> Option<Pattern> {
         Pattern::compile(c, m, &format!("^(?:{})$", m.regex))
     }
 

@@ -28,6 +28,7 @@ use super::{
     Child, ConnectivityState, Ctx, CustomConfig, CustomPolicy, EndpointAddresses, Event,
     FailPicker, HealthStatus, LbConfig, LbPolicy, PolicyStats, SharedPicker,
 };
+use crate::subchannel::pool::Security;
 use crate::xds::resource::cluster::{ClusterResource, Discovery, LbPolicy as ClusterLbPolicy};
 use crate::xds::resource::endpoint::{Endpoint, EndpointsResource, Priority};
 
@@ -301,6 +302,9 @@ pub struct Cds {
     name: Option<Arc<str>>,
     child: Option<Child>,
     error: Option<SharedPicker>,
+    /// The cluster's xDS-managed TLS (A29), which every subchannel of its
+    /// subtree uses.
+    security: Security,
 }
 
 impl Default for Cds {
@@ -316,6 +320,7 @@ impl Cds {
             name: None,
             child: None,
             error: None,
+            security: None,
         }
     }
 
@@ -332,6 +337,15 @@ impl LbPolicy for Cds {
             return false;
         };
         self.name = Some(config.name().clone());
+        if let Config::Leaf(leaf) = &config {
+            match ctx.security_for(leaf.cluster.security.as_ref()) {
+                Ok(security) => self.security = security,
+                Err(message) => {
+                    self.child = None;
+                    return self.fail(format!("cluster {}: {message}", leaf.name));
+                }
+            }
+        }
         let child = match &config {
             Config::Leaf(leaf) => leaf_config(leaf),
             Config::Aggregate { leaves, .. } => Ok(LbConfig::Priority(priority::Config {
@@ -351,14 +365,19 @@ impl LbPolicy for Cds {
             }
             Ok(child) => {
                 self.error = None;
+                let outer = std::mem::replace(&mut ctx.security, self.security.clone());
                 Child::update_in(&mut self.child, ctx, child);
+                ctx.security = outer;
                 true
             }
         }
     }
 
     fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
-        self.child.as_mut().is_some_and(|c| c.event(ctx, event))
+        let outer = std::mem::replace(&mut ctx.security, self.security.clone());
+        let changed = self.child.as_mut().is_some_and(|c| c.event(ctx, event));
+        ctx.security = outer;
+        changed
     }
 
     fn state(&self) -> ConnectivityState {

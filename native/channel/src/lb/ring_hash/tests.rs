@@ -878,6 +878,7 @@ mod cds {
                 idle_timeout: Duration::from_secs(3600),
                 max_requests: 1024,
                 outlier_detection: None,
+                security: None,
             }),
             endpoints: Arc::new(EndpointsResource {
                 cluster_name: "hashed".into(),

@@ -1,0 +1,203 @@
+//! xDS-managed mTLS (gRFC A29) beside gRPC C-core on the same control
+//! plane, bootstrap and certificate files: tether-control gives a service's
+//! cluster an `UpstreamTlsContext` naming the bootstrap's `file_watcher`
+//! provider instances and a SPIFFE SAN matcher; tonic backends serve mTLS
+//! and report the client certificate they saw. The channel and grpcio
+//! (with xDS credentials) both succeed presenting the same certificate,
+//! both fail when the SAN matcher names another identity, and a cluster
+//! without TLS still works for both.
+
+#[path = "../../control/tests/control_support/mod.rs"]
+mod control_support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use control_support::{Control, TempDir};
+use tether::Channel;
+use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
+use tether_testkit::grpcio;
+use tether_testkit::tls::{fingerprint, server_config, Ca};
+
+const BACKEND_ID: &str = "spiffe://tether.test/ns/default/sa/backend";
+
+fn yaml(secure: &GrpcBackend, plain: &GrpcBackend, san: &str) -> String {
+    format!(
+        r#"virtualhosts:
+  - name: secure.tether.test
+    domains: ["secure.tether.test"]
+    routes:
+      - services: [{{ name: secure }}]
+  - name: plain.tether.test
+    domains: ["plain.tether.test"]
+    routes:
+      - services: [{{ name: plain }}]
+services:
+  - name: secure
+    protocol: h2c
+    tls:
+      caInstance: roots
+      identityInstance: identity
+      subjectAltNames:
+        - exact: "{san}"
+    endpoints:
+      - address: "{}"
+  - name: plain
+    protocol: h2c
+    endpoints:
+      - address: "{}"
+"#,
+        secure.addr(),
+        plain.addr()
+    )
+}
+
+/// The control plane's bootstrap with `file_watcher` instances over the
+/// files in `dir`.
+fn bootstrap(control: &Control, dir: &Path, node: &str) -> std::path::PathBuf {
+    let mut doc: serde_json::Value = serde_json::from_str(&control.bootstrap_json(node)).unwrap();
+    let file = |name: &str| dir.join(name).to_str().unwrap().to_owned();
+    doc["certificate_providers"] = serde_json::json!({
+        "roots": { "plugin_name": "file_watcher",
+                   "config": { "ca_certificate_file": file("ca.pem"), "refresh_interval": "1s" } },
+        "identity": { "plugin_name": "file_watcher",
+                      "config": { "certificate_file": file("client.pem"),
+                                  "private_key_file": file("client.key"),
+                                  "refresh_interval": "1s" } },
+    });
+    let path = dir.join(format!("bootstrap-{node}.json"));
+    std::fs::write(&path, doc.to_string()).unwrap();
+    path
+}
+
+fn request() -> tonic::Request<EchoRequest> {
+    let mut r = tonic::Request::new(EchoRequest {
+        message: "hi".into(),
+    });
+    r.set_timeout(Duration::from_secs(10));
+    r
+}
+
+/// The channel's first outcome once the resources are in: the backend and
+/// the client certificate it saw, or the status.
+async fn channel_call(channel: &Channel) -> Result<(String, Option<String>), tonic::Status> {
+    let mut client = EchoClient::new(channel.clone());
+    let mut last = None;
+    for _ in 0..100 {
+        match client.echo(request()).await {
+            Ok(reply) => {
+                let seen = reply
+                    .metadata()
+                    .get("x-client-cert")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                return Ok((reply.into_inner().backend, seen));
+            }
+            // Not yet resolved: the resources are still coming.
+            Err(s) if !s.message().contains("TLS handshake") && !s.message().contains("SAN") => {
+                last = Some(s);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(s) => return Err(s),
+        }
+    }
+    Err(last.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_from_the_control_plane_beside_c_core() {
+    let Ok(python) = grpcio::python_or_install(None).await else {
+        panic!("grpcio is needed (scripts/setup.sh installs it)");
+    };
+    let servers = Ca::new("server CA");
+    let clients = Ca::new("client CA");
+    let client = clients.issue(&["spiffe://tether.test/ns/default/sa/client"]);
+    let secure = GrpcBackend::start_tls(
+        "secure",
+        server_config(&servers.issue(&[BACKEND_ID, "127.0.0.1"]), Some(&clients)),
+    )
+    .await;
+    let plain = GrpcBackend::start("plain").await;
+    let dir = TempDir::new("xds-tls");
+    std::fs::write(dir.0.join("ca.pem"), servers.pem()).unwrap();
+    client.write(&dir.0, "client");
+    let want = fingerprint(&client.cert_der);
+
+    for (san, ok) in [
+        (BACKEND_ID, true),
+        ("spiffe://tether.test/ns/default/sa/other", false),
+    ] {
+        let control = Control::start(&yaml(&secure, &plain, san)).await;
+        let path = bootstrap(&control, &dir.0, "xds-tls");
+        let channel = Channel::builder()
+            .bootstrap(tether::xds::Bootstrap::from_file(&path).unwrap())
+            .connect("xds:///secure.tether.test")
+            .unwrap();
+        let plain_channel = Channel::builder()
+            .bootstrap(tether::xds::Bootstrap::from_file(&path).unwrap())
+            .connect("xds:///plain.tether.test")
+            .unwrap();
+        let ccore = grpcio::Client::new(&python, &path);
+        let c_secure = ccore
+            .run(
+                &[
+                    "--xds-creds".into(),
+                    "--fail-fast".into(),
+                    "--failures-ok".into(),
+                    "--warm".into(),
+                    "0".into(),
+                    "xds:///secure.tether.test".into(),
+                    "3".into(),
+                ],
+                None,
+            )
+            .await
+            .unwrap();
+        let c_plain = ccore
+            .run(
+                &[
+                    "--xds-creds".into(),
+                    "xds:///plain.tether.test".into(),
+                    "2".into(),
+                ],
+                None,
+            )
+            .await
+            .unwrap();
+        // A cluster without TLS works for both.
+        assert!(
+            c_plain.iter().all(|c| c.ok() && c.backend == "plain"),
+            "{c_plain:?}"
+        );
+        assert_eq!(channel_call(&plain_channel).await.unwrap().0, "plain");
+
+        let ours = channel_call(&channel).await;
+        if ok {
+            let (backend, seen) = ours.expect("the channel's mTLS call");
+            assert_eq!(
+                (backend.as_str(), seen.as_deref()),
+                ("secure", Some(want.as_str()))
+            );
+            assert!(
+                c_secure
+                    .iter()
+                    .all(|c| c.ok() && c.client_cert.as_deref() == Some(want.as_str())),
+                "{c_secure:?}"
+            );
+        } else {
+            let status = ours.expect_err("a server whose SAN does not match");
+            assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+            assert!(
+                status.message().contains(
+                    "no SAN of the server's certificate [\"spiffe://tether.test/ns/default/sa/backend\", \"127.0.0.1\"] matches"
+                ),
+                "{status:?}"
+            );
+            // C-core fails the same calls.
+            println!("C-core: {:?}", c_secure.first());
+            assert!(
+                !c_secure.is_empty() && c_secure.iter().all(|c| c.code == "UNAVAILABLE"),
+                "{c_secure:?}"
+            );
+        }
+    }
+}
