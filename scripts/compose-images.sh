@@ -62,6 +62,8 @@ copy_libs() {
 
 # --- tether --------------------------------------------------------------
 rustup target list --installed | grep -qx "$musl" || retry rustup target add "$musl"
+. scripts/musl.sh
+musl_cc
 rustup target list --installed | grep -qx wasm32-wasip1 || retry rustup target add wasm32-wasip1
 cargo build --quiet --target "$musl" --profile static \
   -p tether-cli --bin tether -p tether-control --bin tether-control \

@@ -18,6 +18,8 @@ fi
 
 target=x86_64-unknown-linux-musl
 rustup target list --installed | grep -qx "$target" || retry rustup target add "$target"
+. scripts/musl.sh
+musl_cc
 cargo build --quiet -p tether-cli --bin tether --target "$target" --profile static
 bin="target/$target/static/tether"
 

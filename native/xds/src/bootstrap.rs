@@ -16,6 +16,8 @@
 //! [`Bootstrap::from_env`] reads `GRPC_XDS_BOOTSTRAP` (a file) or
 //! `GRPC_XDS_BOOTSTRAP_CONFIG` (the JSON itself), as gRPC does. Only the
 //! first server is used; only `insecure` channel credentials are supported.
+//! A `server_uri` may be a Unix domain socket, `unix:PATH` or
+//! `unix:///ABSOLUTE_PATH` (Istio's agent serves xDS so).
 //! `certificate_providers` (gRFC A29) defines the instances a cluster's TLS
 //! names, with the `file_watcher` plugin:
 //! `{"ca": {"plugin_name": "file_watcher", "config": {"certificate_file": "cert.pem",
@@ -77,7 +79,33 @@ pub struct XdsServer {
     pub server_features: Vec<String>,
 }
 
+/// Where a management server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ServerAddress {
+    /// TCP: the `http://host:port` form a tonic endpoint takes.
+    Tcp(String),
+    /// A Unix domain socket (`unix:PATH` or `unix:///ABSOLUTE_PATH`), as
+    /// Istio's agent serves xDS to proxyless clients.
+    Unix(PathBuf),
+}
+
+/// The path of a `unix:` target, as gRPC's naming reads it; `None` for
+/// other schemes.
+fn unix_path(uri: &str) -> Option<&str> {
+    let rest = uri.strip_prefix("unix:")?;
+    Some(rest.strip_prefix("//").unwrap_or(rest))
+}
+
 impl XdsServer {
+    /// Where the server listens.
+    pub fn address(&self) -> ServerAddress {
+        match unix_path(&self.server_uri) {
+            Some(path) => ServerAddress::Unix(PathBuf::from(path)),
+            None => ServerAddress::Tcp(self.endpoint_uri()),
+        }
+    }
+
     /// The `http://host:port` form a tonic endpoint takes.
     pub fn endpoint_uri(&self) -> String {
         let uri = self.server_uri.as_str();
@@ -262,6 +290,13 @@ fn server(v: &Value, field: &str) -> Result<XdsServer, BootstrapError> {
             &format!("{field}.server_uri"),
             "",
             "field not present",
+        ));
+    }
+    if unix_path(&uri).is_some_and(|p| p.is_empty() || p == "/") {
+        return Err(BootstrapError::new(
+            &format!("{field}.server_uri"),
+            &uri,
+            "names no socket path (unix:PATH or unix:///ABSOLUTE_PATH)",
         ));
     }
     let creds_field = format!("{field}.channel_creds");

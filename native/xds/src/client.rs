@@ -32,7 +32,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use super::backoff::{Backoff, BackoffConfig};
-use super::bootstrap::{Bootstrap, BootstrapError};
+use super::bootstrap::{Bootstrap, BootstrapError, ServerAddress};
 use super::error::{code_name, XdsError};
 use super::resource::{self, Resource, ResourceKind, ValidationError, ValidationOptions};
 
@@ -169,6 +169,35 @@ impl Default for ClientOptions {
     }
 }
 
+/// Dials the management server's Unix domain socket (the URI is ignored).
+#[derive(Clone)]
+struct UnixConnector(Arc<std::path::PathBuf>);
+
+impl tower_service::Service<tonic::codegen::http::Uri> for UnixConnector {
+    type Response = hyper_util::rt::TokioIo<tokio::net::UnixStream>;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: tonic::codegen::http::Uri) -> Self::Future {
+        let path = self.0.clone();
+        Box::pin(async move {
+            let stream = tokio::net::UnixStream::connect(path.as_path())
+                .await
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+            Ok(hyper_util::rt::TokioIo::new(stream))
+        })
+    }
+}
+
 /// An xDS client talking to the bootstrap's first server. Cheap to clone;
 /// the stream stops when the last clone is dropped.
 #[derive(Clone)]
@@ -202,13 +231,18 @@ impl XdsClient {
         options: ClientOptions,
     ) -> Result<Self, BootstrapError> {
         let server = bootstrap.server()?.clone();
-        let endpoint =
-            Endpoint::from_shared(server.endpoint_uri()).map_err(|e| BootstrapError {
-                field: "xds_servers[0].server_uri".into(),
-                value: server.server_uri.clone(),
-                problem: format!("is not a valid URI: {e}"),
-            })?;
-        let channel = endpoint.connect_lazy();
+        let channel = match server.address() {
+            // gRPC's authority for a Unix socket is "localhost".
+            ServerAddress::Unix(path) => Endpoint::from_static("http://localhost")
+                .connect_with_connector_lazy(UnixConnector(Arc::new(path))),
+            ServerAddress::Tcp(uri) => Endpoint::from_shared(uri)
+                .map_err(|e| BootstrapError {
+                    field: "xds_servers[0].server_uri".into(),
+                    value: server.server_uri.clone(),
+                    problem: format!("is not a valid URI: {e}"),
+                })?
+                .connect_lazy(),
+        };
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
