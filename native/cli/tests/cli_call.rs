@@ -453,8 +453,15 @@ async fn tls_flags_make_mtls_calls() {
 
     let run = call(&[&target, ECHO, "--tls-ca", ca, "--timeout", "5"]).await;
     assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    // TLS 1.3: the server refuses the certificate after the client finished;
+    // the client reads its alert, or finds the connection closed first.
     let message = run.calls()[0]["message"].as_str().unwrap().to_owned();
-    assert!(message.contains("CertificateRequired"), "{message}");
+    assert!(
+        ["CertificateRequired", "broken pipe", "reset"]
+            .iter()
+            .any(|m| message.contains(m)),
+        "{message}"
+    );
 
     let run = call(&[
         &target,

@@ -15,7 +15,10 @@
 //!
 //! [`Bootstrap::from_env`] reads `GRPC_XDS_BOOTSTRAP` (a file) or
 //! `GRPC_XDS_BOOTSTRAP_CONFIG` (the JSON itself), as gRPC does. Only the
-//! first server is used; only `insecure` channel credentials are supported.
+//! first server is used; its `channel_creds` are the first of `insecure`
+//! and `tls` (gRFC A65: `ca_certificate_file`, else the system's roots;
+//! `certificate_file` with `private_key_file`, read again for each new
+//! connection) that it lists.
 //! A `server_uri` may be a Unix domain socket, `unix:PATH` or
 //! `unix:///ABSOLUTE_PATH` (Istio's agent serves xDS so).
 //! `certificate_providers` (gRFC A29) defines the instances a cluster's TLS
@@ -77,6 +80,33 @@ pub struct XdsServer {
     pub server_uri: String,
     /// `server_features` as written (e.g. `xds_v3`, `ignore_resource_deletion`).
     pub server_features: Vec<String>,
+    /// The first `channel_creds` type tether supports (gRPC's rule).
+    pub channel_creds: ChannelCreds,
+}
+
+/// How the client secures its connection to the management server.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ChannelCreds {
+    /// Plaintext HTTP/2 (`insecure`, and when `channel_creds` is absent).
+    #[default]
+    Insecure,
+    /// TLS (gRFC A65's `tls` type): the server's certificate verified
+    /// against `ca_certificate_file` (the system's roots without one) and
+    /// the server URI's host; an optional client certificate (mTLS).
+    Tls(TlsCreds),
+}
+
+/// The `tls` channel credentials' config (gRFC A65).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct TlsCreds {
+    /// The roots (PEM); the system's when absent.
+    pub ca_certificate_file: Option<PathBuf>,
+    /// The client certificate chain (PEM), with `private_key_file`.
+    pub certificate_file: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub private_key_file: Option<PathBuf>,
 }
 
 /// Where a management server listens.
@@ -300,23 +330,9 @@ fn server(v: &Value, field: &str) -> Result<XdsServer, BootstrapError> {
         ));
     }
     let creds_field = format!("{field}.channel_creds");
-    match o.get("channel_creds") {
-        None => {}
-        Some(Value::Array(list)) => {
-            let mut types = Vec::new();
-            for (i, c) in list.iter().enumerate() {
-                let c = object(c, &format!("{creds_field}[{i}]"))?;
-                types.push(string(c, "type", &format!("{creds_field}[{i}]"))?);
-            }
-            // gRPC takes the first supported type; tether supports insecure only.
-            if !types.is_empty() && !types.iter().any(|t| t == "insecure") {
-                return Err(BootstrapError::new(
-                    &creds_field,
-                    &format!("{types:?}"),
-                    "has no supported type (tether supports \"insecure\")",
-                ));
-            }
-        }
+    let channel_creds = match o.get("channel_creds") {
+        None => ChannelCreds::Insecure,
+        Some(Value::Array(list)) => channel_creds(list, &creds_field)?,
         Some(other) => {
             return Err(BootstrapError::new(
                 &creds_field,
@@ -324,7 +340,7 @@ fn server(v: &Value, field: &str) -> Result<XdsServer, BootstrapError> {
                 "is not a list",
             ))
         }
-    }
+    };
     let mut server_features = Vec::new();
     if let Some(list) = o.get("server_features") {
         let list = list.as_array().ok_or_else(|| {
@@ -343,6 +359,7 @@ fn server(v: &Value, field: &str) -> Result<XdsServer, BootstrapError> {
     Ok(XdsServer {
         server_uri: uri,
         server_features,
+        channel_creds,
     })
 }
 
@@ -425,6 +442,55 @@ fn parse_duration(text: &str) -> Option<Duration> {
     (0.0..1e12)
         .contains(&secs)
         .then(|| Duration::from_secs_f64(secs))
+}
+
+/// The first `channel_creds` entry of a type tether supports.
+fn channel_creds(list: &[Value], field: &str) -> Result<ChannelCreds, BootstrapError> {
+    let mut types = Vec::new();
+    for (i, c) in list.iter().enumerate() {
+        let at = format!("{field}[{i}]");
+        let c = object(c, &at)?;
+        let kind = string(c, "type", &at)?;
+        match kind.as_str() {
+            "insecure" => return Ok(ChannelCreds::Insecure),
+            "tls" => {
+                let empty = Map::new();
+                let config = match c.get("config") {
+                    None => &empty,
+                    Some(v) => object(v, &format!("{at}.config"))?,
+                };
+                let path = |key: &str| -> Result<Option<PathBuf>, BootstrapError> {
+                    let p = string(config, key, &format!("{at}.config"))?;
+                    Ok((!p.is_empty()).then(|| PathBuf::from(p)))
+                };
+                let creds = TlsCreds {
+                    ca_certificate_file: path("ca_certificate_file")?,
+                    certificate_file: path("certificate_file")?,
+                    private_key_file: path("private_key_file")?,
+                };
+                if creds.certificate_file.is_some() != creds.private_key_file.is_some() {
+                    return Err(BootstrapError::new(
+                        &format!("{at}.config"),
+                        "",
+                        "needs both certificate_file and private_key_file, or neither",
+                    ));
+                }
+                return Ok(ChannelCreds::Tls(creds));
+            }
+            // Not supported here: gRPC goes on to the next entry.
+            _ => types.push(kind),
+        }
+    }
+    if types.is_empty() {
+        return Ok(ChannelCreds::Insecure);
+    }
+    let why = if types.iter().any(|t| t == "google_default") {
+        "has no supported type (tether supports \"insecure\" and \"tls\"; google_default needs Google's \
+         metadata server, which tether does not use)"
+    } else {
+        "has no supported type (tether supports \"insecure\" and \"tls\")"
+    };
+    Err(BootstrapError::new(field, &format!("{types:?}"), why))
 }
 
 fn node(v: &Value) -> Result<core::Node, BootstrapError> {

@@ -32,7 +32,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 use super::backoff::{Backoff, BackoffConfig};
-use super::bootstrap::{Bootstrap, BootstrapError, ServerAddress};
+use super::bootstrap::{Bootstrap, BootstrapError, ChannelCreds, ServerAddress};
 use super::error::{code_name, XdsError};
 use super::resource::{self, Resource, ResourceKind, ValidationError, ValidationOptions};
 
@@ -169,16 +169,22 @@ impl Default for ClientOptions {
     }
 }
 
-/// Dials the management server's Unix domain socket (the URI is ignored).
-#[derive(Clone)]
-struct UnixConnector(Arc<std::path::PathBuf>);
+/// A connection future a [`Connector`] hands to tonic.
+type Dialing<S> = std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<S>> + Send>>;
 
-impl tower_service::Service<tonic::codegen::http::Uri> for UnixConnector {
-    type Response = hyper_util::rt::TokioIo<tokio::net::UnixStream>;
+/// A tonic connector made of a function from the URI to a connection (a
+/// Unix socket, TLS over TCP).
+#[derive(Clone)]
+struct Connector<F>(F);
+
+impl<F, S> tower_service::Service<tonic::codegen::http::Uri> for Connector<F>
+where
+    F: Fn(tonic::codegen::http::Uri) -> Dialing<S>,
+    S: Send + 'static,
+{
+    type Response = hyper_util::rt::TokioIo<S>;
     type Error = std::io::Error;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
-    >;
+    type Future = Dialing<Self::Response>;
 
     fn poll_ready(
         &mut self,
@@ -187,14 +193,111 @@ impl tower_service::Service<tonic::codegen::http::Uri> for UnixConnector {
         std::task::Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, _: tonic::codegen::http::Uri) -> Self::Future {
-        let path = self.0.clone();
+    fn call(&mut self, uri: tonic::codegen::http::Uri) -> Self::Future {
+        let dialing = (self.0)(uri);
+        Box::pin(async move { dialing.await.map(hyper_util::rt::TokioIo::new) })
+    }
+}
+
+/// Dials the management server's Unix domain socket (the URI is ignored).
+fn unix_connector(
+    path: std::path::PathBuf,
+) -> Connector<impl Fn(tonic::codegen::http::Uri) -> Dialing<tokio::net::UnixStream> + Clone> {
+    let path = Arc::new(path);
+    Connector(move |_| {
+        let path = path.clone();
         Box::pin(async move {
-            let stream = tokio::net::UnixStream::connect(path.as_path())
+            tokio::net::UnixStream::connect(path.as_path())
                 .await
-                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-            Ok(hyper_util::rt::TokioIo::new(stream))
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+        }) as Dialing<_>
+    })
+}
+
+/// Dials the management server over TLS (gRFC A65): the files are read
+/// for each new connection, so rotated certificates are used by the next
+/// one; a read that fails uses the last good ones. The server's
+/// certificate must carry the server URI's host.
+#[derive(Clone)]
+struct TlsConnector {
+    creds: Arc<crate::bootstrap::TlsCreds>,
+    last_good: Arc<Mutex<Option<crate::tls::TlsConfig>>>,
+}
+
+impl TlsConnector {
+    fn new(creds: crate::bootstrap::TlsCreds) -> Self {
+        TlsConnector {
+            creds: Arc::new(creds),
+            last_good: Arc::default(),
+        }
+    }
+
+    fn config(&self) -> Result<crate::tls::TlsConfig, String> {
+        let read = || -> Result<crate::tls::TlsConfig, crate::tls::TlsError> {
+            let tls = match &self.creds.ca_certificate_file {
+                Some(ca) => crate::tls::TlsConfig::from_ca_file(ca)?,
+                None => crate::tls::TlsConfig::from_system_roots()?,
+            };
+            match (&self.creds.certificate_file, &self.creds.private_key_file) {
+                (Some(cert), Some(key)) => tls.with_identity_files(cert, key),
+                _ => Ok(tls),
+            }
+        };
+        let mut last = self.last_good.lock().unwrap_or_else(|e| e.into_inner());
+        match read() {
+            Ok(tls) => {
+                *last = Some(tls.clone());
+                Ok(tls)
+            }
+            Err(e) => match &*last {
+                Some(tls) => {
+                    log::warn!("xDS server TLS: {e}; using the certificates read before");
+                    Ok(tls.clone())
+                }
+                None => Err(format!("xDS server TLS: {e}")),
+            },
+        }
+    }
+}
+
+impl TlsConnector {
+    /// The connector tonic takes.
+    fn connector(
+        self,
+    ) -> Connector<
+        impl Fn(
+                tonic::codegen::http::Uri,
+            ) -> Dialing<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>
+            + Clone,
+    > {
+        Connector(move |uri| {
+            let this = self.clone();
+            Box::pin(async move { this.dial(uri).await }) as Dialing<_>
         })
+    }
+
+    async fn dial(
+        &self,
+        uri: tonic::codegen::http::Uri,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let other = |e: String| std::io::Error::other(e);
+        let host = uri
+            .host()
+            .ok_or_else(|| other(format!("{uri} has no host")))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_owned();
+        let port = uri.port_u16().unwrap_or(443);
+        let tls = self
+            .config()
+            .and_then(|t| t.with_server_name(&host).map_err(|e| e.to_string()))
+            .map_err(other)?;
+        let tcp = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
+        let _ = tcp.set_nodelay(true);
+        let peer = tcp.peer_addr()?;
+        tls.handshake(peer, tcp)
+            .await
+            .map_err(|e| other(format!("TLS handshake with {host}:{port} failed: {e}")))
     }
 }
 
@@ -234,14 +337,19 @@ impl XdsClient {
         let channel = match server.address() {
             // gRPC's authority for a Unix socket is "localhost".
             ServerAddress::Unix(path) => Endpoint::from_static("http://localhost")
-                .connect_with_connector_lazy(UnixConnector(Arc::new(path))),
-            ServerAddress::Tcp(uri) => Endpoint::from_shared(uri)
-                .map_err(|e| BootstrapError {
+                .connect_with_connector_lazy(unix_connector(path)),
+            ServerAddress::Tcp(uri) => {
+                let endpoint = Endpoint::from_shared(uri).map_err(|e| BootstrapError {
                     field: "xds_servers[0].server_uri".into(),
                     value: server.server_uri.clone(),
                     problem: format!("is not a valid URI: {e}"),
-                })?
-                .connect_lazy(),
+                })?;
+                match &server.channel_creds {
+                    ChannelCreds::Tls(creds) => endpoint
+                        .connect_with_connector_lazy(TlsConnector::new(creds.clone()).connector()),
+                    _ => endpoint.connect_lazy(),
+                }
+            }
         };
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(1024);

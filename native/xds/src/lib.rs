@@ -27,6 +27,7 @@ pub mod error;
 pub mod graph;
 pub mod lb_config;
 pub mod resource;
+pub mod tls;
 
 pub use bootstrap::Bootstrap;
 pub use client::{ResourceState, ResourceStatus, Watcher, XdsClient};

@@ -7,12 +7,10 @@
 
 mod provider;
 mod san;
-pub(crate) mod tls;
 mod xds;
 
 pub(crate) use provider::ProviderStore;
-pub(crate) use tls::HandshakeError;
-pub use tls::{TlsConfig, TlsError};
+pub use tether_xds::tls::{HandshakeError, TlsConfig, TlsError};
 pub use xds::XdsSecurity;
 
 use std::sync::Arc;

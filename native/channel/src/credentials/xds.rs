@@ -117,7 +117,7 @@ impl XdsSecurity {
         let config = self.client_config().map_err(HandshakeError::Credentials)?;
         // No host name is checked (SanVerifier): the name is only sent.
         let name = ServerName::IpAddress(address.ip().into());
-        super::tls::connect_h2(Arc::new(config), name, stream).await
+        tether_xds::tls::connect_h2(Arc::new(config), name, stream).await
     }
 }
 

@@ -1,6 +1,7 @@
-//! TLS on the channel's connections: rustls with the ring provider, ALPN
-//! `h2` (gRPC refuses a server that does not agree to it), roots from PEM,
-//! an optional client identity for mTLS.
+//! TLS for gRPC connections, the channel's and the XdsClient's: rustls
+//! with the ring provider, ALPN `h2` (gRPC refuses a server that does not
+//! agree to it), roots from PEM or the system's, an optional client
+//! identity for mTLS.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -14,7 +15,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-/// TLS settings for a channel's connections ([`crate::channel::ChannelBuilder::tls`]):
+/// TLS settings for gRPC connections (`tether::ChannelBuilder::tls`, the
+/// bootstrap's `tls` channel credentials):
 /// the roots a server's chain must end in, an optional client certificate
 /// and key (mTLS), and the name the server's certificate must carry.
 /// Validated when made; cheap to clone.
@@ -214,8 +216,26 @@ impl TlsConfig {
     }
 
     /// Whether a server name was set.
-    pub(crate) fn has_server_name(&self) -> bool {
+    pub fn has_server_name(&self) -> bool {
         self.server_name.is_some()
+    }
+
+    /// TLS whose servers must chain to the system's roots (the platform's
+    /// certificate store).
+    pub fn from_system_roots() -> Result<TlsConfig, TlsError> {
+        let found = rustls_native_certs::load_native_certs();
+        let mut roots = RootCertStore::empty();
+        let (added, _) = roots.add_parsable_certificates(found.certs);
+        if added == 0 {
+            return Err(TlsError::Certificates {
+                what: "the system's CA certificates".to_owned(),
+                problem: match found.errors.first() {
+                    Some(e) => format!("none could be read: {e}"),
+                    None => "none found".to_owned(),
+                },
+            });
+        }
+        TlsConfig::build(Arc::new(roots), None, None)
     }
 
     fn build(
@@ -245,7 +265,7 @@ impl TlsConfig {
 
     /// Runs the TLS handshake over `stream` to `address` and checks that
     /// the server agreed to HTTP/2.
-    pub(crate) async fn handshake(
+    pub async fn handshake(
         &self,
         address: SocketAddr,
         stream: TcpStream,
@@ -260,7 +280,7 @@ impl TlsConfig {
 
 /// The TLS handshake with `config` over `stream`; the server must agree to
 /// ALPN `h2`, as gRPC requires.
-pub(crate) async fn connect_h2(
+pub async fn connect_h2(
     config: Arc<ClientConfig>,
     name: ServerName<'static>,
     stream: TcpStream,
@@ -277,7 +297,8 @@ pub(crate) async fn connect_h2(
 
 /// Why a TLS handshake failed.
 #[derive(Debug)]
-pub(crate) enum HandshakeError {
+#[non_exhaustive]
+pub enum HandshakeError {
     /// rustls's error (a certificate that does not verify, a name that
     /// does not match, no shared protocol...), or the socket's.
     Tls(std::io::Error),
