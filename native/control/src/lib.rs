@@ -16,6 +16,7 @@
 
 pub mod model;
 pub mod server;
+pub mod tls;
 pub mod translate;
 pub mod watch;
 

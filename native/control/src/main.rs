@@ -23,6 +23,16 @@ struct Args {
     /// for `envoy.sessionFilter: plugin`; overrides `envoy.plugin.filename`.
     #[arg(long, value_name = "FILE")]
     plugin: Option<PathBuf>,
+    /// Serve ADS over TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// With --tls-cert: require clients to present a certificate chaining to
+    /// the CA certificates in FILE (mTLS).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
     /// How often to check the file for changes, in milliseconds.
     #[arg(long, default_value_t = 250)]
     poll_ms: u64,
@@ -70,6 +80,18 @@ async fn run(args: Args) -> i32 {
             return 1;
         }
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            match tether_control::tls::server_config(cert, key, args.tls_client_ca.as_deref()) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    eprintln!("tether-control: TLS: {e}");
+                    return 1;
+                }
+            }
+        }
+        _ => None,
+    };
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -90,6 +112,9 @@ async fn run(args: Args) -> i32 {
         }),
     );
     println!("listening on {addr}");
+    if args.tls_cert.is_some() {
+        log::info!("serving ADS over TLS");
+    }
     log::info!(
         "serving {} version {} on {addr}",
         args.config.display(),
@@ -98,7 +123,11 @@ async fn run(args: Args) -> i32 {
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    match plane.serve(listener, shutdown).await {
+    let served = match tls {
+        Some(config) => plane.serve_tls(listener, config, shutdown).await,
+        None => plane.serve(listener, shutdown).await,
+    };
+    match served {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("tether-control: {e}");

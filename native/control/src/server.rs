@@ -128,6 +128,23 @@ impl ControlPlane {
             .serve_with_incoming_shutdown(self.service(), incoming, shutdown)
             .await
     }
+
+    /// Serves ADS over TLS with `config` (see [`crate::tls::server_config`])
+    /// on `listener` until `shutdown` completes.
+    pub async fn serve_tls(
+        &self,
+        listener: tokio::net::TcpListener,
+        config: Arc<rustls::ServerConfig>,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), tonic::transport::Error> {
+        tonic::transport::Server::builder()
+            .serve_with_incoming_shutdown(
+                self.service(),
+                crate::tls::incoming(listener, config),
+                shutdown,
+            )
+            .await
+    }
 }
 
 /// The ADS service implementation.

@@ -580,8 +580,8 @@ mod tests {
             "bootstrap xds_servers[0].server_uri: field not present"
         );
         assert_eq!(
-            e(r#"{"xds_servers":[{"server_uri":"a:1","channel_creds":[{"type":"tls"}]}]}"#),
-            "bootstrap xds_servers[0].channel_creds: [\"tls\"] has no supported type (tether supports \"insecure\")"
+            e(r#"{"xds_servers":[{"server_uri":"a:1","channel_creds":[{"type":"alts"}]}]}"#),
+            "bootstrap xds_servers[0].channel_creds: [\"alts\"] has no supported type (tether supports \"insecure\" and \"tls\")"
         );
         assert_eq!(
             e(r#"{"xds_servers":[{"server_uri":"a:1"}],"node":{"id":5}}"#),

@@ -1,11 +1,10 @@
 //! TLS to the management server (gRFC A65's `tls` channel credentials in
 //! the bootstrap), beside gRPC C-core on the same bootstrap and files:
-//! tether-control behind a real TLS front; both clients get their
+//! tether-control serving ADS over TLS; both clients get their
 //! resources; roots the server does not chain to fail the stream naming
 //! the TLS error; the first supported `channel_creds` type wins.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use tether_control::{translate, Config, ControlPlane};
@@ -14,28 +13,7 @@ use tether_testkit::grpcio;
 use tether_testkit::tls::{server_config, Ca};
 use tether_xds::bootstrap::ChannelCreds;
 use tether_xds::{Bootstrap, ResourceKind, XdsClient};
-use tokio::net::{TcpListener, TcpStream};
-
-/// A TLS front on 127.0.0.1 for the plaintext server at `to`; its port.
-async fn tls_front(config: Arc<rustls::ServerConfig>, to: std::net::SocketAddr) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = listener.accept().await {
-            let acceptor = acceptor.clone();
-            tokio::spawn(async move {
-                let Ok(mut tls) = acceptor.accept(tcp).await else {
-                    return;
-                };
-                if let Ok(mut plain) = TcpStream::connect(to).await {
-                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
-                }
-            });
-        }
-    });
-    port
-}
+use tokio::net::TcpListener;
 
 fn bootstrap_json(port: u16, ca: &Path) -> String {
     format!(
@@ -83,12 +61,17 @@ async fn tls_to_the_control_plane_beside_c_core() {
          services:\n  - name: s\n    protocol: h2c\n    endpoints:\n      - address: \"{}\"\n",
         backend.addr()
     );
+    // tether-control itself serves ADS over TLS.
     let plane = ControlPlane::new(translate(&Config::parse(&yaml).unwrap()));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { plane.serve(listener, std::future::pending()).await });
+    let port = listener.local_addr().unwrap().port();
     let ca = Ca::new("control plane CA");
-    let port = tls_front(server_config(&ca.issue(&["localhost"]), None), addr).await;
+    let config = server_config(&ca.issue(&["localhost"]), None);
+    tokio::spawn(async move {
+        plane
+            .serve_tls(listener, config, std::future::pending())
+            .await
+    });
     let dir = std::env::temp_dir().join(format!("tether-xds-tls-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ca_file = dir.join("ca.pem");
