@@ -199,7 +199,13 @@ async fn run(reports: Reports) -> BTreeMap<String, usize> {
     let addrs: Vec<SocketAddr> = backends.iter().map(|b| b.addr()).collect();
     let channel = channel(&addrs, settings(reports == Reports::OutOfBand));
     until_weighted(&channel, 3).await;
+    let before = fact(&channel, "weights").await;
     let counts = spread(&channel).await;
+    // Shown with a failed share: whether a weight changed during the calls.
+    println!(
+        "weights before the calls {before:?}, after {:?}",
+        fact(&channel, "weights").await
+    );
     assert!(
         fact(&channel, "reports").await.contains(match reports {
             Reports::OutOfBand => "out-of-band",
