@@ -74,45 +74,39 @@ impl Provider {
                 }
             }
         };
-        let refresh = tokio::runtime::Handle::try_current().ok().map(|rt| {
-            let (name, config) = (name.to_owned(), config.clone());
-            let weak = Arc::new(Mutex::new(None::<std::sync::Weak<Provider>>));
-            let slot = weak.clone();
-            let task = rt.spawn(async move {
-                let mut tick = tokio::time::interval(config.refresh_interval);
-                tick.tick().await;
-                loop {
+        // The refresh task holds the provider weakly: it ends with it.
+        Arc::new_cyclic(|weak: &std::sync::Weak<Provider>| {
+            let refresh = tokio::runtime::Handle::try_current().ok().map(|rt| {
+                let (name, config, weak) = (name.to_owned(), config.clone(), weak.clone());
+                rt.spawn(async move {
+                    let mut tick = tokio::time::interval(config.refresh_interval);
                     tick.tick().await;
-                    let provider = slot
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .as_ref()
-                        .and_then(std::sync::Weak::upgrade);
-                    let Some(provider) = provider else { return };
-                    provider
-                        .rereads
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    match read(&config) {
-                        Ok(m) => provider.material.store(Arc::new(m)),
-                        // The last good material stays.
-                        Err(e) => log::warn!(
-                            "certificate provider {name:?}: {e}; keeping what was read before"
-                        ),
+                    loop {
+                        tick.tick().await;
+                        let Some(provider) = weak.upgrade() else {
+                            return;
+                        };
+                        provider
+                            .rereads
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        match read(&config) {
+                            Ok(m) => provider.material.store(Arc::new(m)),
+                            // The last good material stays.
+                            Err(e) => log::warn!(
+                                "certificate provider {name:?}: {e}; keeping what was read before"
+                            ),
+                        }
                     }
-                }
+                })
+                .abort_handle()
             });
-            (task.abort_handle(), weak)
-        });
-        let provider = Arc::new(Provider {
-            name: name.to_owned(),
-            material: ArcSwap::from_pointee(first),
-            refresh: refresh.as_ref().map(|(t, _)| t.clone()),
-            rereads: std::sync::atomic::AtomicU64::new(0),
-        });
-        if let Some((_, weak)) = refresh {
-            *weak.lock().unwrap_or_else(PoisonError::into_inner) = Some(Arc::downgrade(&provider));
-        }
-        provider
+            Provider {
+                name: name.to_owned(),
+                material: ArcSwap::from_pointee(first),
+                refresh,
+                rereads: std::sync::atomic::AtomicU64::new(0),
+            }
+        })
     }
 }
 
