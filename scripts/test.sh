@@ -10,6 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n=== %s\n' "$*"; }
+# One full run builds everything once: incremental caches would only add disk.
+export CARGO_INCREMENTAL=0
 
 step "setup"
 scripts/setup.sh
