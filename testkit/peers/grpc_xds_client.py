@@ -3,11 +3,13 @@
 Calls tether.demo.v1.Echo/Echo with a generic unary call (raw bytes, so no
 generated stubs are needed) and prints one JSON line per call: the backend
 that answered, its address, and the Set-Cookie of the response's initial
-metadata. The bootstrap comes from GRPC_XDS_BOOTSTRAP.
+metadata, and "ms", how long the call took in milliseconds. The bootstrap
+comes from GRPC_XDS_BOOTSTRAP.
 
 usage: grpc_xds_client.py [--warm N] [--warm-seconds S] [--keys-header NAME] [--message TEXT] [--jar]
                           [--keep-going] [--failures-ok] [--pace MS] [--keepalive MS TIMEOUT_MS]
-                          [--xds-creds] [--fail-fast]
+                          [--xds-creds] [--fail-fast] [--metadata KEY:VALUE]... [--timeout S]
+                          [--message-size N]
                           [--concurrency N] TARGET CALLS [COOKIE]
 
 --warm N first makes unprinted calls without a cookie until N distinct
@@ -54,6 +56,14 @@ certificate the test backends saw), or null.
 
 --fail-fast makes the printed calls fail at once while no endpoint is
 usable, instead of waiting for one (gRPC's wait_for_ready off).
+
+--metadata KEY:VALUE adds the metadata KEY: VALUE to every printed call
+(repeatable).
+
+--timeout S gives every printed call a deadline of S seconds (default 20).
+
+--message-size N sends a message of N bytes ("x" repeated) instead (too
+large for a command line, e.g. above a retry buffer).
 
 --concurrency N makes the CALLS calls from N threads at once over the one
 channel, each thread starting its next call when the last one answered
@@ -150,7 +160,7 @@ def cookie_pairs(text):
     return pairs
 
 
-def call_concurrently(echo, calls, threads, message, metadata, keep_going, pace=0.0):
+def call_concurrently(echo, calls, threads, message, metadata, keep_going, pace=0.0, timeout=20):
     """CALLS calls from THREADS threads, each waiting PACE seconds after a
     call; returns whether one failed."""
     lock = threading.Lock()
@@ -163,18 +173,20 @@ def call_concurrently(echo, calls, threads, message, metadata, keep_going, pace=
                 if i >= calls or (state["failed"] and not keep_going):
                     return
                 state["next"] = i + 1
+            start = time.monotonic()
             try:
                 reply, call = echo.with_call(
                     encode_request(message if message is not None else "call %d" % i),
                     metadata=metadata or None,
-                    timeout=20,
+                    timeout=timeout,
                     wait_for_ready=True,
                 )
             except grpc.RpcError as e:
                 with lock:
                     state["failed"] = True
                     print(json.dumps({"call": i, "key": None, "code": e.code().name,
-                                      "message": e.details()}), flush=True)
+                                      "message": e.details(), "ms": elapsed_ms(start)}),
+                          flush=True)
                 if pace:
                     time.sleep(pace)
                 continue
@@ -185,6 +197,7 @@ def call_concurrently(echo, calls, threads, message, metadata, keep_going, pace=
                 "backend": fields.get(2, ""),
                 "address": fields.get(3, ""),
                 "set_cookie": [v for k, v in call.initial_metadata() if k == "set-cookie"],
+                "ms": elapsed_ms(start),
             }
             if keep_going:
                 line["code"] = "OK"
@@ -201,6 +214,10 @@ def call_concurrently(echo, calls, threads, message, metadata, keep_going, pace=
     return state["failed"]
 
 
+def elapsed_ms(start):
+    return int((time.monotonic() - start) * 1000)
+
+
 def main():
     args = sys.argv[1:]
     distinct = 0
@@ -215,6 +232,8 @@ def main():
     options = []
     xds_creds = False
     wait = True
+    extra = []
+    timeout = 20.0
     while args and args[0].startswith("--"):
         if args[0] == "--warm":
             distinct = int(args[1])
@@ -224,6 +243,15 @@ def main():
             keys_header = args[1]
         elif args[0] == "--message":
             message = args[1]
+        elif args[0] == "--metadata":
+            key, sep, value = args[1].partition(":")
+            if not sep:
+                sys.exit("--metadata wants KEY:VALUE, not %r" % args[1])
+            extra.append((key, value))
+        elif args[0] == "--timeout":
+            timeout = float(args[1])
+        elif args[0] == "--message-size":
+            message = "x" * int(args[1])
         elif args[0] == "--concurrency":
             concurrency = int(args[1])
         elif args[0] == "--pace":
@@ -283,9 +311,9 @@ def main():
         if concurrency > 1:
             if keys_header or jar is not None:
                 sys.exit("--concurrency does not go with --keys-header or --jar")
-            metadata = [("cookie", cookie)] if cookie else []
+            metadata = ([("cookie", cookie)] if cookie else []) + extra
             if call_concurrently(echo, calls, concurrency, message, metadata, keep_going,
-                                 pace) and not failures_ok:
+                                 pace, timeout) and not failures_ok:
                 sys.exit(1)
             return
         for i, key in enumerate(keys):
@@ -294,11 +322,13 @@ def main():
             metadata = [("cookie", cookie)] if cookie else []
             if key is not None:
                 metadata.append((keys_header, key))
+            metadata += extra
+            start = time.monotonic()
             try:
                 reply, call = echo.with_call(
                     encode_request(message if message is not None else "call %d" % i),
                     metadata=metadata or None,
-                    timeout=20,
+                    timeout=timeout,
                     wait_for_ready=wait,
                 )
             except grpc.RpcError as e:
@@ -306,7 +336,8 @@ def main():
                     raise
                 failed = True
                 print(json.dumps({"call": i, "key": key, "code": e.code().name,
-                                  "message": e.details()}), flush=True)
+                                  "message": e.details(), "ms": elapsed_ms(start)}),
+                      flush=True)
                 if pace:
                     time.sleep(pace)
                 continue
@@ -321,6 +352,7 @@ def main():
                 "backend": fields.get(2, ""),
                 "address": fields.get(3, ""),
                 "set_cookie": set_cookie,
+                "ms": elapsed_ms(start),
             }
             if xds_creds:
                 line["client_cert"] = next(

@@ -146,6 +146,8 @@ pub struct Call {
     /// The client certificate's fingerprint the TLS test backends saw
     /// (runs with `--xds-creds`), if any.
     pub client_cert: Option<String>,
+    /// How long the call took, in milliseconds.
+    pub ms: u64,
 }
 
 impl Call {
@@ -318,5 +320,6 @@ fn parse_call(line: &str) -> Result<Call, String> {
         code: v["code"].as_str().unwrap_or("OK").to_owned(),
         message: text("message"),
         client_cert: v["client_cert"].as_str().map(str::to_owned),
+        ms: v["ms"].as_u64().unwrap_or_default(),
     })
 }

@@ -3,7 +3,8 @@
 //!
 //! Modules along the data path of a call: [`session`] (the cookie jar a
 //! client wraps the channel in), [`channel`] (the tonic-compatible Service,
-//! the xDS resolver, the config selector that routes a call), [`lb`] (the
+//! the xDS resolver, the config selector that routes a call), [`fault`]
+//! (the fault injection filter a routed call passes), [`lb`] (the
 //! load-balancing tree, one module per policy), [`subchannel`] (HTTP/2
 //! connections with their connectivity state and backoff). Beside them,
 //! [`orca`] carries backends' load reports (gRFC A51).
@@ -17,6 +18,7 @@
 
 pub mod channel;
 pub mod credentials;
+pub mod fault;
 pub mod lb;
 pub mod orca;
 pub mod session;

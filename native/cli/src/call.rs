@@ -24,7 +24,7 @@ use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 use tonic::Status;
 
 use super::xds::{emit, read_bootstrap, seconds};
-use tether::channel::{Channel, ChannelError, PickedPeer, Target};
+use tether::channel::{Attempts, Channel, ChannelError, PickedPeer, Target};
 use tether::credentials::{TlsConfig, TlsError};
 use tether::session::{CookieJar, CookieJarLayer, Layer};
 use tether::subchannel::KeepaliveOptions;
@@ -348,6 +348,8 @@ where
             "policy".into(),
             peer.as_ref().map_or(Value::Null, |p| json!(p.2)),
         );
+        // gRPC's attempts (A6 retries from the route's policy).
+        line.insert("attempts".into(), json!(lock(record).attempts));
         match &result {
             Ok(response) => line.insert(
                 "response".into(),
@@ -395,6 +397,8 @@ struct Record {
     /// The pick: tonic turns a failed call's response into a `Status` and
     /// drops its extensions, where the channel put the [`PickedPeer`].
     peer: Option<PickedPeer>,
+    /// The attempts the channel made (its [`Attempts`]).
+    attempts: Option<u32>,
 }
 
 /// The channel, recording the call in flight (it sits inside the cookie jar
@@ -425,7 +429,10 @@ impl tower_service::Service<http::Request<Body>> for Recorder {
         let response = self.channel.call(request);
         Box::pin(async move {
             let response = response.await?;
-            lock(&record).peer = response.extensions().get::<PickedPeer>().cloned();
+            let mut r = lock(&record);
+            r.peer = response.extensions().get::<PickedPeer>().cloned();
+            r.attempts = response.extensions().get::<Attempts>().map(|a| a.0);
+            drop(r);
             Ok(response)
         })
     }

@@ -25,9 +25,13 @@ use tether_xds::client::{ClientOptions, ResourceState, ResourceStatus, XdsClient
 use tether_xds::graph::{Graph, Resolution};
 use tether_xds::resource::cluster::{ClusterResource, Discovery, LbPolicy};
 use tether_xds::resource::endpoint::EndpointsResource;
-use tether_xds::resource::listener::{
-    FilterConfig, ListenerResource, RouteSource, SessionOverride, SessionState,
+use tether_xds::resource::fault::{
+    AbortSource, DelaySource, FaultConfig, Fraction, ABORT_GRPC_STATUS_HEADER, DELAY_HEADER,
 };
+use tether_xds::resource::listener::{
+    FilterConfig, FilterOverride, ListenerResource, RouteSource, SessionOverride, SessionState,
+};
+use tether_xds::resource::retry::RetryPolicy;
 use tether_xds::resource::route::{
     Action, ClusterSpecifier, FilterOverrides, HashSource, HeaderMatch, PathMatcher,
     RouteConfigResource,
@@ -351,6 +355,12 @@ fn listener_json(l: &ListenerResource) -> Value {
                 "type": "stateful_session",
                 "session": session_json(s),
             }),
+            FilterConfig::Fault(config) => json!({
+                "name": f.name,
+                "type": "fault",
+                "fault": fault_json(config),
+            }),
+            _ => json!({ "name": f.name }),
         })
         .collect();
     hcm.insert("http_filters".into(), Value::Array(filters));
@@ -359,6 +369,30 @@ fn listener_json(l: &ListenerResource) -> Value {
         opt_duration(l.http.max_stream_duration),
     );
     json!({ "name": l.name, "http_connection_manager": hcm })
+}
+
+fn fraction_json(f: &Fraction) -> Value {
+    json!({ "numerator": f.numerator, "denominator": f.denominator })
+}
+
+fn fault_json(f: &FaultConfig) -> Value {
+    let delay = f.delay.map_or(Value::Null, |d| {
+        let source = match d.source {
+            DelaySource::Fixed(t) => json!({ "fixed": duration(t) }),
+            DelaySource::Header => json!({ "header": DELAY_HEADER }),
+        };
+        json!({ "source": source, "percentage": fraction_json(&d.percentage) })
+    });
+    let abort = f.abort.map_or(Value::Null, |a| {
+        let source = match a.source {
+            AbortSource::Status(code) => {
+                json!({ "status": code.map_or_else(|| "OK".to_owned(), |c| format!("{c:?}")) })
+            }
+            AbortSource::Header => json!({ "header": ABORT_GRPC_STATUS_HEADER }),
+        };
+        json!({ "source": source, "percentage": fraction_json(&a.percentage) })
+    });
+    json!({ "delay": delay, "abort": abort, "max_active_faults": f.max_active_faults })
 }
 
 fn session_json(s: &SessionState) -> Value {
@@ -387,8 +421,15 @@ fn overrides_json(o: &FilterOverrides) -> Value {
         .iter()
         .map(|(name, o)| {
             let v = match o {
-                SessionOverride::Disabled => json!({ "disabled": true }),
-                SessionOverride::Enabled(s) => json!({ "session": session_json(s) }),
+                FilterOverride::Disabled => json!({ "disabled": true }),
+                FilterOverride::Session(SessionOverride::Disabled) => {
+                    json!({ "session": { "disabled": true } })
+                }
+                FilterOverride::Session(SessionOverride::Enabled(s)) => {
+                    json!({ "session": session_json(s) })
+                }
+                FilterOverride::Fault(f) => json!({ "fault": fault_json(f) }),
+                _ => json!({}),
             };
             (name.clone(), v)
         })
@@ -406,6 +447,7 @@ fn route_config_json(rc: &RouteConfigResource) -> Value {
                 "name": vh.name,
                 "domains": vh.domains,
                 "filter_overrides": overrides_json(&vh.filter_overrides),
+                "retry_policy": vh.retry_policy.as_ref().map_or(Value::Null, retry_json),
                 "routes": routes,
             })
         })
@@ -515,6 +557,10 @@ fn route_json(r: &tether_xds::resource::route::Route) -> Value {
                 "max_stream_duration".into(),
                 opt_duration(a.max_stream_duration),
             );
+            route.insert(
+                "retry_policy".into(),
+                a.retry_policy.as_ref().map_or(Value::Null, retry_json),
+            );
             out.insert("route".into(), Value::Object(route));
         }
     }
@@ -523,6 +569,16 @@ fn route_json(r: &tether_xds::resource::route::Route) -> Value {
         overrides_json(&r.filter_overrides),
     );
     Value::Object(out)
+}
+
+fn retry_json(p: &RetryPolicy) -> Value {
+    let codes: Vec<String> = p.retry_on.iter().map(|c| format!("{c:?}")).collect();
+    json!({
+        "retry_on": codes,
+        "num_retries": p.num_retries,
+        "base_interval": duration(p.base_interval),
+        "max_interval": duration(p.max_interval),
+    })
 }
 
 fn lb_json(p: &LbPolicy) -> Value {

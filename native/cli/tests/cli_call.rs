@@ -142,6 +142,7 @@ async fn a_static_target_round_robins_over_both_backends() {
                 "peer",
                 "cluster",
                 "policy",
+                "attempts",
                 "response",
                 "cookie",
                 "set_cookie"
@@ -229,6 +230,134 @@ services:
 }
 
 #[tokio::test]
+async fn a_route_with_header_controlled_faults_aborts_only_calls_that_ask() {
+    let a = GrpcBackend::start("echo").await;
+    let yaml = format!(
+        r#"virtualhosts:
+  - name: fault.tether.test
+    routes:
+      - services: [{{ name: echo }}]
+        fault:
+          abort: {{ header: true, percent: 100 }}
+services:
+  - name: echo
+    protocol: h2c
+    endpoints:
+      - address: {}
+"#,
+        a.addr()
+    );
+    let control = Control::start(&yaml).await;
+    let dir = TempDir::new("cli-fault");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("tether-call"));
+    let args = |extra: &'static [&'static str]| {
+        let mut v = vec![
+            "--bootstrap",
+            bootstrap.to_str().unwrap(),
+            "xds:///fault.tether.test",
+            ECHO,
+            "--data",
+            HI,
+            "--timeout",
+            "10",
+        ];
+        v.extend_from_slice(extra);
+        v
+    };
+    let plain = call(&args(&[])).await;
+    assert!(
+        plain.status.success(),
+        "{:?}\n{}",
+        plain.lines,
+        plain.stderr
+    );
+    assert_eq!(plain.calls()[0]["code"], "OK");
+    let hits = a.hits();
+    let run = call(&args(&[
+        "--metadata",
+        "x-envoy-fault-abort-grpc-request: 14",
+    ]))
+    .await;
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "{:?}\n{}",
+        run.lines,
+        run.stderr
+    );
+    let c = run.calls()[0];
+    assert_eq!(
+        (&c["code"], &c["message"], &c["peer"]),
+        (
+            &Value::from("UNAVAILABLE"),
+            &Value::from("Fault injected"),
+            &Value::Null
+        ),
+        "{c}"
+    );
+    // Never sent.
+    assert_eq!(a.hits(), hits);
+    assert!(control.nacks_none(), "{}", control.stderr());
+}
+
+#[tokio::test]
+async fn the_line_counts_the_attempts_a_retry_policy_made() {
+    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let a = GrpcBackend::start_failing("echo", failing.clone()).await;
+    let yaml = format!(
+        r#"virtualhosts:
+  - name: retry.tether.test
+    routes:
+      - services: [{{ name: echo }}]
+        retryPolicy: {{ count: 2, retryOn: [unavailable], backOff: {{ baseInterval: 0.005s }} }}
+services:
+  - name: echo
+    protocol: h2c
+    endpoints:
+      - address: {}
+"#,
+        a.addr()
+    );
+    let control = Control::start(&yaml).await;
+    let dir = TempDir::new("cli-retry");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("tether-call"));
+    let args = [
+        "--bootstrap",
+        bootstrap.to_str().unwrap(),
+        "xds:///retry.tether.test",
+        ECHO,
+        "--data",
+        HI,
+        "--timeout",
+        "10",
+    ];
+    let run = call(&args).await;
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "{:?}\n{}",
+        run.lines,
+        run.stderr
+    );
+    let c = run.calls()[0];
+    assert_eq!(
+        (&c["code"], &c["attempts"]),
+        (&Value::from("UNAVAILABLE"), &Value::from(3)),
+        "{c}"
+    );
+    assert_eq!(a.hits(), 3);
+    failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    let run = call(&args).await;
+    let c = run.calls()[0];
+    assert_eq!(
+        (&c["code"], &c["attempts"]),
+        (&Value::from("OK"), &Value::from(1)),
+        "{c}"
+    );
+    assert!(control.nacks_none(), "{}", control.stderr());
+}
+
+#[tokio::test]
 async fn a_refused_address_is_unavailable_and_exits_1() {
     let target = format!("static:///{}", refused_addr());
     let run = call(&[&target, ECHO, "--cookie", "abc", "--timeout", "10"]).await;
@@ -251,6 +380,7 @@ async fn a_refused_address_is_unavailable_and_exits_1() {
             "peer",
             "cluster",
             "policy",
+            "attempts",
             "message",
             "cookie",
             "set_cookie"

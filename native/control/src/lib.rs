@@ -1,6 +1,8 @@
 //! tether's control plane: an ADS management server that serves snapshots
 //! translated from a YAML file a person writes.
 //!
+//! - [`fault`]: a route's fault injection (gRFC A33) and its `HTTPFault`.
+//! - [`mod@retry`]: a route's retry policy (gRFC A44) and its `RetryPolicy`.
 //! - [`model`]: the YAML schema (services, endpoints, virtual hosts, routes,
 //!   affinity strategies in Contour's vocabulary) and its validation.
 //! - [`mod@translate`]: model → Listener, RouteConfiguration, Cluster and
@@ -14,7 +16,9 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod fault;
 pub mod model;
+pub mod retry;
 pub mod server;
 pub mod tls;
 pub mod translate;

@@ -25,6 +25,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Deserialize;
+
+pub use crate::fault::FaultSpec;
+pub use crate::retry::RetryPolicySpec;
 use tether_core::http::set_cookie::CookieSpec;
 
 use tether_xds::lb_config::least_request::{DEFAULT_CHOICE_COUNT, MAX_CHOICE_COUNT};
@@ -61,7 +64,7 @@ pub struct Location {
 }
 
 impl ModelError {
-    fn invalid(
+    pub(crate) fn invalid(
         field: impl Into<String>,
         value: impl fmt::Debug,
         problem: impl Into<String>,
@@ -273,6 +276,9 @@ pub struct VirtualHostSpec {
     /// Routes, first match wins.
     #[serde(default)]
     pub routes: Vec<RouteSpec>,
+    /// Fault injection for every route of the host without its own.
+    #[serde(default)]
+    pub fault: Option<FaultSpec>,
 }
 
 /// A route.
@@ -287,6 +293,12 @@ pub struct RouteSpec {
     /// How to pick an endpoint and keep sessions.
     #[serde(default, rename = "loadBalancerPolicy")]
     pub load_balancer_policy: LoadBalancerPolicy,
+    /// Fault injection for this route (replacing the virtual host's).
+    #[serde(default)]
+    pub fault: Option<FaultSpec>,
+    /// Retries of this route's calls.
+    #[serde(default, rename = "retryPolicy")]
+    pub retry_policy: Option<RetryPolicySpec>,
 }
 
 /// A match condition (Contour's `conditions` entries).
@@ -1197,8 +1209,26 @@ impl Config {
                     "is defined twice",
                 ));
             }
+            if let Some(f) = &vh.fault {
+                f.validate(&format!("{at}.fault"))?;
+            }
             for (j, r) in vh.routes.iter().enumerate() {
                 let rat = format!("{at}.routes[{j}]");
+                if let Some(f) = &r.fault {
+                    f.validate(&format!("{rat}.fault"))?;
+                }
+                if let Some(p) = &r.retry_policy {
+                    p.validate(&format!("{rat}.retryPolicy"))?;
+                    if self.envoy.uses_plugin()
+                        && r.load_balancer_policy.strategy == Strategy::Session
+                    {
+                        return Err(ModelError::invalid(
+                            format!("{rat}.retryPolicy"),
+                            "Session",
+                            "cannot be set on a Session route while Envoy runs the tether plugin (its wiring sets the route's retry policy)",
+                        ));
+                    }
+                }
                 for (k, c) in r.conditions.iter().enumerate() {
                     condition(c, &format!("{rat}.conditions[{k}]"))?;
                 }

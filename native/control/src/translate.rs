@@ -63,6 +63,7 @@ use envoy_types::pb::envoy::config::endpoint::v3 as epb;
 use envoy_types::pb::envoy::config::listener::v3 as lpb;
 use envoy_types::pb::envoy::config::route::v3 as rpb;
 use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig as AggregateConfig;
+use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::http::stateful_session::v3 as sspb;
 use envoy_types::pb::envoy::extensions::filters::http::wasm::v3::Wasm;
@@ -88,6 +89,8 @@ use super::model::{
 use tether_xds::lb_config::weighted_round_robin::Settings as WrrSettings;
 use tether_xds::resource::typed_struct::TypedStruct;
 use tether_xds::resource::{pack, ResourceKind};
+
+use crate::fault::FAULT_FILTER;
 
 /// Name of the stateful session filter in every HTTP connection manager.
 pub const SESSION_FILTER: &str = "envoy.filters.http.stateful_session";
@@ -292,6 +295,10 @@ fn translate_for(config: &Config) -> Translated {
         .iter()
         .flat_map(|v| &v.routes)
         .any(|r| r.load_balancer_policy.strategy == Strategy::Session);
+    let uses_fault = config
+        .virtualhosts
+        .iter()
+        .any(|v| v.fault.is_some() || v.routes.iter().any(|r| r.fault.is_some()));
 
     let plugin = PluginWiring::of(config);
 
@@ -318,8 +325,8 @@ fn translate_for(config: &Config) -> Translated {
             },
         )),
         http_filters: match (&plugin, flavor) {
-            (Some(p), Flavor::Envoy) => plugin_filters(p),
-            _ => http_filters(uses_session),
+            (Some(p), Flavor::Envoy) => plugin_filters(p, uses_fault),
+            _ => http_filters(uses_session, uses_fault),
         },
         ..Default::default()
     };
@@ -412,7 +419,7 @@ fn translate_for(config: &Config) -> Translated {
     out
 }
 
-fn http_filters(uses_session: bool) -> Vec<hcm::HttpFilter> {
+fn http_filters(uses_session: bool, uses_fault: bool) -> Vec<hcm::HttpFilter> {
     let mut filters = Vec::new();
     if uses_session {
         // Present but empty: routes with strategy Session override it.
@@ -420,6 +427,17 @@ fn http_filters(uses_session: bool) -> Vec<hcm::HttpFilter> {
             name: SESSION_FILTER.to_owned(),
             config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
                 &sspb::StatefulSession::default(),
+            ))),
+            ..Default::default()
+        });
+    }
+    if uses_fault {
+        // Present but empty, as istiod sends it: routes and virtual hosts
+        // with a `fault` override it.
+        filters.push(hcm::HttpFilter {
+            name: FAULT_FILTER.to_owned(),
+            config_type: Some(hcm::http_filter::ConfigType::TypedConfig(pack(
+                &HttpFault::default(),
             ))),
             ..Default::default()
         });
@@ -436,7 +454,7 @@ fn http_filters(uses_session: bool) -> Vec<hcm::HttpFilter> {
 
 /// Envoy's HTTP filters with the plugin: every instance, off unless a
 /// route switches it on, then the router.
-fn plugin_filters(p: &PluginWiring) -> Vec<hcm::HttpFilter> {
+fn plugin_filters(p: &PluginWiring, uses_fault: bool) -> Vec<hcm::HttpFilter> {
     let mut filters: Vec<hcm::HttpFilter> = p
         .instances
         .iter()
@@ -473,7 +491,7 @@ fn plugin_filters(p: &PluginWiring) -> Vec<hcm::HttpFilter> {
             }
         })
         .collect();
-    filters.extend(http_filters(false));
+    filters.extend(http_filters(false, uses_fault));
     filters
 }
 
@@ -654,6 +672,11 @@ fn route_configuration(config: &Config, plugin: Option<&PluginWiring>) -> rpb::R
                     vh.domains.clone()
                 },
                 routes: vh.routes.iter().map(|r| route(r, plugin)).collect(),
+                typed_per_filter_config: vh
+                    .fault
+                    .iter()
+                    .map(|f| (FAULT_FILTER.to_owned(), pack(&f.to_proto())))
+                    .collect(),
                 ..Default::default()
             })
             .collect(),
@@ -789,6 +812,9 @@ fn route(r: &RouteSpec, plugin: Option<&PluginWiring>) -> rpb::Route {
         _ => Vec::new(),
     };
     let mut typed_per_filter_config = std::collections::HashMap::new();
+    if let Some(f) = &r.fault {
+        typed_per_filter_config.insert(FAULT_FILTER.to_owned(), pack(&f.to_proto()));
+    }
     let mut retry_policy = None;
     if let (Strategy::Session, Some(s), Some(plugin)) = (p.strategy, &p.session, plugin) {
         // Switch this route's plugin instance on. A pinned host that refuses
@@ -819,6 +845,9 @@ fn route(r: &RouteSpec, plugin: Option<&PluginWiring>) -> rpb::Route {
             )),
         };
         typed_per_filter_config.insert(SESSION_FILTER.to_owned(), pack(&per_route));
+    }
+    if let Some(p) = &r.retry_policy {
+        retry_policy = Some(p.to_proto());
     }
     rpb::Route {
         r#match: Some(route_match(&r.conditions)),

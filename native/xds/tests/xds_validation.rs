@@ -22,7 +22,7 @@ use tether_xds::lb_config::outlier_detection::{
 use tether_xds::resource::cluster::{ClusterResource, Discovery, LbPolicy};
 use tether_xds::resource::endpoint::{EndpointsResource, HealthStatus};
 use tether_xds::resource::listener::{
-    FilterConfig, ListenerResource, RouteSource, SessionOverride,
+    FilterConfig, FilterOverride, ListenerResource, RouteSource, SessionOverride,
 };
 use tether_xds::resource::route::{
     ClusterSpecifier, HashSource, HeaderMatch, PathMatcher, RouteConfigResource,
@@ -413,7 +413,10 @@ fn routes_with_matchers_weighted_clusters_hash_policies_and_session_overrides() 
         a0.hash_policies[1].source,
         HashSource::FilterState("io.grpc.channel_id".into())
     );
-    assert_eq!(r0.filter_overrides["ssa"], SessionOverride::Disabled);
+    assert_eq!(
+        r0.filter_overrides["ssa"],
+        FilterOverride::Session(SessionOverride::Disabled)
+    );
     let r1 = &vh.routes[1];
     let tether_xds::resource::route::Action::Route(a1) = &r1.action else {
         panic!()
@@ -427,7 +430,7 @@ fn routes_with_matchers_weighted_clusters_hash_policies_and_session_overrides() 
             .collect::<Vec<_>>(),
         [("a", 1), ("b", 3)]
     );
-    let SessionOverride::Enabled(s) = &r1.filter_overrides["ssa"] else {
+    let FilterOverride::Session(SessionOverride::Enabled(s)) = &r1.filter_overrides["ssa"] else {
         panic!()
     };
     assert_eq!(s.cookie.as_ref().unwrap().name(), "s");

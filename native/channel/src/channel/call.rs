@@ -1,7 +1,7 @@
 //! One call through the channel: wait for routes, select the route and
-//! cluster, pick a subchannel (queueing until a picker can), send the
-//! request on the subchannel's HTTP/2 connection, and tell the pick's
-//! trackers when the call ends.
+//! cluster, run the route's fault injection, pick a subchannel (queueing
+//! until a picker can), send the request on the subchannel's HTTP/2
+//! connection, and tell the pick's trackers when the call ends.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,6 +18,7 @@ use tonic::Status;
 
 use super::config_selector::SessionCall;
 use super::replay::Replay;
+use super::retry::{self, Backoff, Pushback, RetryPolicy};
 use super::work_serializer::{Routing, Shared, Snapshot};
 use super::{Inner, WaitForReady};
 use crate::lb::{CallAttributes, PickArgs, PickResult, Subchannel, Trackers};
@@ -43,12 +44,91 @@ fn session_id(extensions: &http::Extensions, session: &SessionCall) -> Option<u6
 /// refused by a GOAWAY or REFUSED_STREAM) is picked again.
 const MAX_TRANSPARENT_RETRIES: u32 = 5;
 
+/// How many attempts a call made (gRFC A6 retries; transparent retries
+/// not counted): in the response's extensions, failed calls' too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempts(pub u32);
+
 /// Runs one call; failures become a trailers-only gRPC response.
 pub(crate) async fn call(inner: Arc<Inner>, request: http::Request<Body>) -> http::Response<Body> {
     let deadline = grpc_timeout(request.headers()).map(|t| Instant::now() + t);
-    match run(&inner, request, deadline).await {
+    let mut attempts = 0;
+    let mut response = match run(&inner, request, deadline, &mut attempts).await {
         Ok(response) => response,
         Err(status) => status.into_http(),
+    };
+    response.extensions_mut().insert(Attempts(attempts));
+    response
+}
+
+/// Waits `delay` before a retry, failing the call if its deadline comes
+/// first.
+async fn backoff(delay: Duration, deadline: Option<Instant>) -> Result<(), Status> {
+    let until = Instant::now() + delay;
+    match deadline {
+        Some(d) if d <= until => {
+            tokio::time::sleep_until(d).await;
+            Err(Status::deadline_exceeded(
+                "deadline exceeded while waiting to retry",
+            ))
+        }
+        _ => {
+            tokio::time::sleep_until(until).await;
+            Ok(())
+        }
+    }
+}
+
+/// A call's configured retries (A6, A44): how many attempts it made and
+/// when the next may go.
+struct Retries<'a> {
+    policy: Option<&'a RetryPolicy>,
+    /// Attempts made so far (the one that just ended included): the
+    /// caller's counter, right however the call ends.
+    made: &'a mut u32,
+    /// The next pass of the send loop starts a new attempt (not a
+    /// transparent retry of the last one).
+    new_attempt: bool,
+    backoff: Backoff,
+}
+
+impl Retries<'_> {
+    /// Counts a new attempt and tells the server how many came before it
+    /// (a value the caller set is never sent on the first).
+    fn start(&mut self, headers: &mut http::HeaderMap) {
+        *self.made += 1;
+        if *self.made > 1 {
+            headers.insert(
+                retry::PREVIOUS_ATTEMPTS_HEADER,
+                HeaderValue::from(*self.made - 1),
+            );
+        } else {
+            headers.remove(retry::PREVIOUS_ATTEMPTS_HEADER);
+        }
+    }
+
+    /// The delay before retrying an attempt that ended with `code` (and
+    /// `trailers`, if the server sent any), or `None` when the call ends
+    /// here: the policy does not name the code, the attempts are used up,
+    /// the request can no longer be sent again, or the server said stop.
+    fn after(
+        &mut self,
+        code: tonic::Code,
+        trailers: Option<&http::HeaderMap>,
+        replay: &Replay,
+    ) -> Option<Duration> {
+        let policy = self.policy?;
+        if !policy.retries(code) || *self.made >= policy.max_attempts || !replay.replayable() {
+            return None;
+        }
+        match trailers.map_or(Pushback::None, retry::pushback) {
+            Pushback::Stop => None,
+            Pushback::After(d) => {
+                self.backoff.reset();
+                Some(d)
+            }
+            Pushback::None => Some(self.backoff.next(policy)),
+        }
     }
 }
 
@@ -56,6 +136,7 @@ async fn run(
     inner: &Inner,
     mut request: http::Request<Body>,
     mut deadline: Option<Instant>,
+    attempts: &mut u32,
 ) -> Result<http::Response<Body>, Status> {
     let wait_for_ready = request
         .extensions()
@@ -81,6 +162,10 @@ async fn run(
             deadline = Some(route_deadline);
         }
     }
+    // Fault injection (A33) runs once the route is known, before any pick.
+    if let Some(faults) = &call_config.faults {
+        crate::fault::inject(faults, request.headers(), deadline).await?;
+    }
     let attributes = CallAttributes {
         cluster: call_config.cluster.name.clone(),
         hash: call_config.hash,
@@ -101,13 +186,26 @@ async fn run(
     // it never put on the wire after a GOAWAY as refused, so one budget
     // serves both.) The request's messages are kept until the call
     // commits (`replay`).
+    //
+    // Configured retries (A44) come on top: an attempt that ends with a
+    // status the route's policy names, before the call committed, is
+    // picked again after a backoff, with `grpc-previous-rpc-attempts`.
     let (mut parts, body) = request.into_parts();
     let replay = Replay::new(body);
     let mut transparent_retries = 0;
+    let mut retries = Retries {
+        policy: call_config.retry.as_deref(),
+        made: attempts,
+        new_attempt: true,
+        backoff: Backoff::default(),
+    };
     let mut stale: Option<Arc<Snapshot>> = None;
     let (response, subchannel, guard, endpoint, policy) = loop {
         if let Some(seen) = stale.take() {
             next_snapshot(&inner.shared, &seen, deadline).await?;
+        }
+        if std::mem::take(&mut retries.new_attempt) {
+            retries.start(&mut parts.headers);
         }
         let (subchannel, guard, connection, endpoint, policy, snapshot) = loop {
             let snapshot = inner.shared.snapshot.load_full();
@@ -135,8 +233,19 @@ async fn run(
                     guard.release();
                 }
                 PickResult::Queue => {}
-                PickResult::Fail(status) if !wait_for_ready => return Err(status),
+                PickResult::Fail(status) if !wait_for_ready => {
+                    // The attempt failed at the pick: retried like any other.
+                    match retries.after(status.code(), None, &replay) {
+                        Some(delay) => {
+                            backoff(delay, deadline).await?;
+                            retries.start(&mut parts.headers);
+                            continue;
+                        }
+                        None => return Err(status),
+                    }
+                }
                 PickResult::Fail(_) => {}
+                // Drops are never retried.
                 PickResult::Drop(status) => return Err(status),
             }
             next_snapshot(&inner.shared, &snapshot, deadline).await?;
@@ -175,46 +284,79 @@ async fn run(
             None => sent.await,
         };
         let budget = transparent_retries < MAX_TRANSPARENT_RETRIES;
-        let retry_because = match result {
+        // Ok: why the unseen attempt is made again at once; Err: how it failed.
+        let transparent = match result {
             Some(Ok(response)) => {
+                // A trailers-only failure has not committed the call.
+                let failed = response
+                    .headers()
+                    .get("grpc-status")
+                    .filter(|v| *v != "0")
+                    .map(|v| tonic::Code::from_bytes(v.as_bytes()));
+                if let Some(delay) =
+                    failed.and_then(|code| retries.after(code, Some(response.headers()), &replay))
+                {
+                    guard.finish_with_trailers(false, response.headers());
+                    log::debug!(
+                        "{}: {path} attempt {} failed on {} ({:?}): retrying in {delay:?}",
+                        inner.target,
+                        *retries.made,
+                        subchannel.address(),
+                        failed
+                    );
+                    drop(response);
+                    backoff(delay, deadline).await?;
+                    retries.new_attempt = true;
+                    continue;
+                }
                 replay.commit();
                 break (response, subchannel, guard, endpoint, policy);
             }
             Some(Err(SendError {
                 error,
                 unsent: Some(_),
-            })) if budget => format!("not sent on {} ({error})", subchannel.address()),
+            })) if budget => Ok(format!("not sent on {} ({error})", subchannel.address())),
             Some(Err(SendError { error, .. }))
                 if budget && refused_unseen(&error) && replay.replayable() =>
             {
-                format!(
+                Ok(format!(
                     "refused unseen by {} ({})",
                     subchannel.address(),
                     crate::subchannel::Chain(&error)
-                )
+                ))
             }
-            Some(Err(SendError { error, .. })) => {
-                guard.finish(false);
-                return Err(Status::unavailable(format!(
-                    "{}: request failed: {}",
-                    subchannel.address(),
-                    crate::subchannel::Chain(&error)
-                )));
-            }
+            Some(Err(SendError { error, .. })) => Err(Status::unavailable(format!(
+                "{}: request failed: {}",
+                subchannel.address(),
+                crate::subchannel::Chain(&error)
+            ))),
             // The connection is gone with no answer and none of the call's
             // messages left: the server cannot have acted on it.
-            None if budget && !replay.started() && replay.replayable() => {
-                format!(
-                    "{} closed before the call's messages left",
-                    subchannel.address()
-                )
-            }
-            None => {
+            None if budget && !replay.started() && replay.replayable() => Ok(format!(
+                "{} closed before the call's messages left",
+                subchannel.address()
+            )),
+            None => Err(Status::unavailable(format!(
+                "{}: the connection closed before the response",
+                subchannel.address()
+            ))),
+        };
+        // The attempt failed: retried if the route's policy says so.
+        let retry_because = match transparent {
+            Ok(why) => why,
+            Err(status) => {
                 guard.finish(false);
-                return Err(Status::unavailable(format!(
-                    "{}: the connection closed before the response",
-                    subchannel.address()
-                )));
+                let Some(delay) = retries.after(status.code(), None, &replay) else {
+                    return Err(status);
+                };
+                log::debug!(
+                    "{}: {path} {}: retrying in {delay:?}",
+                    inner.target,
+                    status.message()
+                );
+                backoff(delay, deadline).await?;
+                retries.new_attempt = true;
+                continue;
             }
         };
         guard.release();

@@ -357,6 +357,7 @@ impl StaticConfig {
                 clusters: ClusterSpecifier::Cluster(self.cluster.clone()),
                 hash_policies: Vec::new(),
                 max_stream_duration: None,
+                retry_policy: None,
             }),
             filter_overrides: Default::default(),
         };
@@ -379,6 +380,7 @@ impl StaticConfig {
                 domains: vec!["*".to_owned()],
                 routes: vec![route],
                 filter_overrides: Default::default(),
+                retry_policy: None,
             },
             clusters: BTreeMap::from([(name, cds::Config::Leaf(leaf))]),
         })

@@ -4,7 +4,9 @@
 //! call's timeout, its hash, and its stateful session (A55, A60): the
 //! session filter's config for the route (most specific wins: weighted
 //! cluster entry, route, virtual host, listener), the session the call's
-//! cookie names, and the cluster that cookie names when the route lists it.
+//! cookie names, and the cluster that cookie names when the route lists it;
+//! and the fault injection configs (A33) in effect for the route and
+//! cluster, resolved the same way.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -14,9 +16,13 @@ use std::time::Duration;
 use http::HeaderMap;
 use tonic::Status;
 
+use super::retry::RetryPolicy;
 use super::ClusterRef;
 use crate::lb::random;
-use crate::xds::resource::listener::{FilterConfig, HttpFilter, SessionOverride, SessionState};
+use crate::xds::resource::fault::FaultConfig;
+use crate::xds::resource::listener::{
+    FilterConfig, FilterOverride, HttpFilter, SessionOverride, SessionState,
+};
 use crate::xds::resource::route::{
     Action, ClusterSpecifier, ClusterWeight, HashPolicy, HashSource, HeaderMatch, HeaderMatcher,
     PathMatcher, RouteAction, RouteMatcher, VirtualHost,
@@ -47,6 +53,11 @@ pub struct CallConfig {
     pub route: usize,
     /// The stateful session filter's work for this call, when it applies.
     pub session: Option<SessionCall>,
+    /// The fault injection configs for this call, one per fault filter in
+    /// effect, in the listener's order; `None` without any.
+    pub faults: Option<Arc<[FaultConfig]>>,
+    /// The route's retry policy (A44), if it retries anything.
+    pub retry: Option<Arc<RetryPolicy>>,
     /// `Set-Cookie` values of cookies the route's hash policies generated
     /// (a cookie policy with a ttl, the call without that cookie: Contour's
     /// `Cookie` strategy), for the response.
@@ -168,6 +179,15 @@ struct RouteSessions {
     entries: Vec<Option<Option<Arc<Session>>>>,
 }
 
+/// The fault injection configs of one route, resolved once per update.
+#[derive(Debug, Default)]
+struct RouteFaults {
+    /// The route's own (route > virtual host > listener).
+    route: Option<Arc<[FaultConfig]>>,
+    /// Per weighted-cluster entry, where the entry overrides a fault filter.
+    entries: Vec<Option<Option<Arc<[FaultConfig]>>>>,
+}
+
 /// An immutable route table for calls, built from one resolver update.
 #[derive(Debug)]
 pub struct ConfigSelector {
@@ -176,6 +196,10 @@ pub struct ConfigSelector {
     hash_policies: Vec<HashPolicies>,
     /// Each route's stateful session configurations.
     sessions: Vec<RouteSessions>,
+    /// Each route's fault injection configs.
+    faults: Vec<RouteFaults>,
+    /// Each route's retry policy.
+    retries: Vec<Option<Arc<RetryPolicy>>>,
     /// The listener's `max_stream_duration`, for routes without their own.
     default_timeout: Option<Duration>,
     clusters: HashMap<String, Arc<ClusterRef>>,
@@ -185,15 +209,31 @@ pub struct ConfigSelector {
 
 impl ConfigSelector {
     /// A selector over `virtual_host`, with a handle for every cluster its
-    /// routes name (`clusters` must hold them all).
+    /// routes name (`clusters` must hold them all); an error when a route's
+    /// retry policy cannot run (C-core then has no route table at all).
     pub fn new(
         virtual_host: VirtualHost,
         default_timeout: Option<Duration>,
         clusters: HashMap<String, Arc<ClusterRef>>,
         http_filters: &[HttpFilter],
         options: &SessionOptions,
-    ) -> Self {
+    ) -> Result<Self, String> {
+        let retries = virtual_host
+            .routes
+            .iter()
+            .enumerate()
+            .map(|(i, r)| match &r.action {
+                Action::Route(RouteAction {
+                    retry_policy: Some(p),
+                    ..
+                }) => RetryPolicy::from_xds(p)
+                    .map(|p| p.map(Arc::new))
+                    .map_err(|e| format!("could not create ConfigSelector: route {i}: {}", e.0)),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         let sessions = route_sessions(&virtual_host, http_filters, options);
+        let faults = route_faults(&virtual_host, http_filters);
         let hash_policies = virtual_host
             .routes
             .iter()
@@ -202,14 +242,16 @@ impl ConfigSelector {
                 Action::NonForwarding => HashPolicies::default(),
             })
             .collect();
-        ConfigSelector {
+        Ok(ConfigSelector {
             hash_policies,
             sessions,
+            faults,
+            retries,
             virtual_host,
             default_timeout,
             clusters,
             memo: LookupMemo::default(),
-        }
+        })
     }
 
     /// What the call's cookie says under `session`, from the memo when an
@@ -286,6 +328,11 @@ impl ConfigSelector {
                 (&entries[i].name, Some(i))
             }
         };
+        let faults = &self.faults[index];
+        let faults = match entry.and_then(|i| faults.entries.get(i).cloned().flatten()) {
+            Some(overridden) => overridden,
+            None => faults.route.clone(),
+        };
         let session = match entry.and_then(|i| sessions.entries.get(i).cloned().flatten()) {
             Some(overridden) => overridden,
             None => sessions.route.clone(),
@@ -337,6 +384,8 @@ impl ConfigSelector {
         Ok(CallConfig {
             cluster,
             session,
+            faults,
+            retry: self.retries[index].clone(),
             hash,
             timeout: action.max_stream_duration.or(self.default_timeout),
             route: index,
@@ -497,34 +546,100 @@ fn route_sessions(
 ) -> Vec<RouteSessions> {
     let Some((name, base)) = filters.iter().find_map(|f| match &f.config {
         FilterConfig::StatefulSession(s) => Some((f.name.as_str(), s)),
-        FilterConfig::Router => None,
+        _ => None,
     }) else {
         return vh.routes.iter().map(|_| RouteSessions::default()).collect();
     };
-    let resolve = |o: &SessionOverride| match o {
-        SessionOverride::Disabled => None,
-        SessionOverride::Enabled(s) => session_for(s, options),
+    // An override of another filter's type under this name is left out:
+    // the scope above stays in effect.
+    let resolve = |o: &FilterOverride, above: &Option<Arc<Session>>| match o {
+        FilterOverride::Disabled | FilterOverride::Session(SessionOverride::Disabled) => None,
+        FilterOverride::Session(SessionOverride::Enabled(s)) => session_for(s, options),
+        _ => above.clone(),
     };
     let base = session_for(base, options);
-    let vh_level = vh.filter_overrides.get(name).map_or(base, resolve);
+    let vh_level = match vh.filter_overrides.get(name) {
+        Some(o) => resolve(o, &base),
+        None => base,
+    };
     vh.routes
         .iter()
         .map(|r| {
-            let route = r
-                .filter_overrides
-                .get(name)
-                .map_or_else(|| vh_level.clone(), resolve);
-            let entries = match &r.action {
-                Action::Route(RouteAction {
-                    clusters: ClusterSpecifier::Weighted(ws),
-                    ..
-                }) => ws
-                    .iter()
-                    .map(|w| w.filter_overrides.get(name).map(resolve))
-                    .collect(),
-                _ => Vec::new(),
+            let route = match r.filter_overrides.get(name) {
+                Some(o) => resolve(o, &vh_level),
+                None => vh_level.clone(),
             };
+            let entries = weighted_entries(r)
+                .iter()
+                .map(|w| w.filter_overrides.get(name).map(|o| resolve(o, &route)))
+                .collect();
             RouteSessions { route, entries }
+        })
+        .collect()
+}
+
+/// A route's weighted-cluster entries (none for a single cluster).
+fn weighted_entries(r: &crate::xds::resource::route::Route) -> &[ClusterWeight] {
+    match &r.action {
+        Action::Route(RouteAction {
+            clusters: ClusterSpecifier::Weighted(ws),
+            ..
+        }) => ws,
+        _ => &[],
+    }
+}
+
+/// Each route's fault injection configs: for each fault filter of the
+/// listener, its config overridden per virtual host, route and
+/// weighted-cluster entry (most specific wins; `disabled` turns it off;
+/// an override replaces the config whole, as in C-core).
+fn route_faults(vh: &VirtualHost, filters: &[HttpFilter]) -> Vec<RouteFaults> {
+    let names: Vec<(&str, &FaultConfig)> = filters
+        .iter()
+        .filter_map(|f| match &f.config {
+            FilterConfig::Fault(c) => Some((f.name.as_str(), c)),
+            _ => None,
+        })
+        .collect();
+    if names.is_empty() {
+        return vh.routes.iter().map(|_| RouteFaults::default()).collect();
+    }
+    // One config (or none, when disabled) per filter, through the scopes.
+    type Scope = Vec<Option<FaultConfig>>;
+    let apply =
+        |above: &Scope, overrides: &crate::xds::resource::route::FilterOverrides| -> Scope {
+            names
+                .iter()
+                .zip(above)
+                .map(|((name, _), above)| match overrides.get(*name) {
+                    Some(FilterOverride::Fault(c)) => Some(c.clone()),
+                    Some(FilterOverride::Disabled) => None,
+                    Some(_) => above.clone(),
+                    None => above.clone(),
+                })
+                .collect()
+        };
+    let list = |scope: &Scope| -> Option<Arc<[FaultConfig]>> {
+        let on: Vec<FaultConfig> = scope.iter().flatten().cloned().collect();
+        (!on.is_empty()).then(|| on.into())
+    };
+    let base: Scope = names.iter().map(|(_, c)| Some((*c).clone())).collect();
+    let vh_level = apply(&base, &vh.filter_overrides);
+    vh.routes
+        .iter()
+        .map(|r| {
+            let route_scope = apply(&vh_level, &r.filter_overrides);
+            let route = list(&route_scope);
+            let entries = weighted_entries(r)
+                .iter()
+                .map(|w| {
+                    let overrides_one = names
+                        .iter()
+                        .any(|(n, _)| w.filter_overrides.contains_key(*n));
+                    overrides_one.then(|| list(&apply(&route_scope, &w.filter_overrides)))
+                })
+                .collect();
+            RouteFaults { route, entries }
         })
         .collect()
 }
@@ -756,6 +871,7 @@ mod tests {
                 clusters: ClusterSpecifier::Cluster("c".into()),
                 hash_policies: policies,
                 max_stream_duration: None,
+                retry_policy: None,
             }),
             filter_overrides: Default::default(),
         };
@@ -764,6 +880,7 @@ mod tests {
             domains: vec!["*".into()],
             routes: vec![route],
             filter_overrides: Default::default(),
+            retry_policy: None,
         };
         ConfigSelector::new(
             vh,
@@ -772,6 +889,118 @@ mod tests {
             &[],
             &SessionOptions::default(),
         )
+        .unwrap()
+    }
+
+    #[test]
+    fn fault_configs_resolve_most_specific_first_per_filter() {
+        use crate::xds::resource::fault::{AbortSource, FaultAbort, Fraction};
+        use crate::xds::resource::route::{Route, RouteAction};
+        use tonic::Code;
+        let abort = |code: Code| {
+            let mut c = FaultConfig::default();
+            c.abort = Some(FaultAbort {
+                source: AbortSource::Status(Some(code)),
+                percentage: Fraction::NONE,
+            });
+            c
+        };
+        let filter = |name: &str, code: Code| HttpFilter {
+            name: name.into(),
+            config: FilterConfig::Fault(abort(code)),
+        };
+        let filters = [
+            filter("f1", Code::Unavailable),
+            filter("f2", Code::Aborted),
+            HttpFilter {
+                name: "router".into(),
+                config: FilterConfig::Router,
+            },
+        ];
+        let overrides = |pairs: Vec<(&str, FilterOverride)>| {
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect::<crate::xds::resource::route::FilterOverrides>()
+        };
+        let route = |clusters: ClusterSpecifier, o| Route {
+            name: String::new(),
+            matcher: matcher(PathMatcher::Prefix(String::new()), true, vec![]),
+            action: Action::Route(RouteAction {
+                clusters,
+                hash_policies: vec![],
+                max_stream_duration: None,
+                retry_policy: None,
+            }),
+            filter_overrides: o,
+        };
+        let one = || ClusterSpecifier::Cluster("c".into());
+        let weighted = ClusterSpecifier::Weighted(vec![
+            ClusterWeight {
+                name: "a".into(),
+                weight: 1,
+                filter_overrides: overrides(vec![("f1", FilterOverride::Disabled)]),
+            },
+            ClusterWeight {
+                name: "b".into(),
+                weight: 1,
+                filter_overrides: overrides(vec![]),
+            },
+        ]);
+        let vh = VirtualHost {
+            name: "vh".into(),
+            domains: vec!["*".into()],
+            routes: vec![
+                route(one(), overrides(vec![])),
+                route(
+                    one(),
+                    overrides(vec![("f1", FilterOverride::Fault(abort(Code::Internal)))]),
+                ),
+                route(weighted, overrides(vec![])),
+                route(
+                    one(),
+                    overrides(vec![("f2", FilterOverride::Fault(abort(Code::DataLoss)))]),
+                ),
+                // Another filter's override type under a fault filter's
+                // name leaves the scope above in effect.
+                route(
+                    one(),
+                    overrides(vec![(
+                        "f1",
+                        FilterOverride::Session(SessionOverride::Disabled),
+                    )]),
+                ),
+            ],
+            // The virtual host turns the second filter off.
+            filter_overrides: overrides(vec![("f2", FilterOverride::Disabled)]),
+            retry_policy: None,
+        };
+        let codes = |list: &Option<Arc<[FaultConfig]>>| -> Vec<Code> {
+            list.iter()
+                .flat_map(|l| l.iter())
+                .map(|c| match c.abort.unwrap().source {
+                    AbortSource::Status(Some(code)) => code,
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let resolved = route_faults(&vh, &filters);
+        assert_eq!(codes(&resolved[0].route), [Code::Unavailable]);
+        assert_eq!(codes(&resolved[1].route), [Code::Internal]);
+        assert_eq!(codes(&resolved[2].route), [Code::Unavailable]);
+        // Entry a turns f1 off: no fault filter left; entry b keeps the route's.
+        assert_eq!(resolved[2].entries.len(), 2);
+        assert_eq!(resolved[2].entries[0], Some(None));
+        assert!(resolved[2].entries[1].is_none());
+        assert_eq!(
+            codes(&resolved[3].route),
+            [Code::Unavailable, Code::DataLoss]
+        );
+        assert_eq!(codes(&resolved[4].route), [Code::Unavailable]);
+        // Without a fault filter, nothing to run on any route.
+        assert!(route_faults(&vh, &filters[2..])
+            .iter()
+            .all(|r| r.route.is_none() && r.entries.is_empty()));
     }
 
     fn header_policy(name: &str, terminal: bool) -> HashPolicy {

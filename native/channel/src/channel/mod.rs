@@ -16,6 +16,7 @@
 //! - `work_serializer` is the channel's one LB task: it runs the tree of
 //!   [`crate::lb`] policies and publishes immutable snapshots;
 //! - [`config_selector`] matches each call to a route and a cluster;
+//! - [`retry`] holds the route's retry policy (A44) that [`call`] follows;
 //! - [`call`] picks a subchannel (queueing while none can be picked) and
 //!   sends the call on its HTTP/2 connection ([`crate::subchannel`]).
 
@@ -24,6 +25,7 @@ pub mod config;
 pub mod config_selector;
 mod replay;
 mod resolver;
+pub mod retry;
 pub mod target;
 mod work_serializer;
 
@@ -44,7 +46,7 @@ use crate::subchannel::{KeepaliveOptions, SubchannelOptions, SubchannelPool};
 use crate::xds::bootstrap::{Bootstrap, BootstrapError};
 use crate::xds::client::ClientOptions;
 use crate::xds::XdsClient;
-pub use call::PickedPeer;
+pub use call::{Attempts, PickedPeer};
 pub use config::{ChannelConfig, StaticConfig, StaticConfigError, StaticEndpoint};
 pub use config_selector::SessionOptions;
 pub use target::{Target, TargetProblem};
@@ -373,7 +375,9 @@ impl ChannelBuilder {
             .unwrap_or_else(|| config.cluster.clone());
         let named = self.authority.is_some();
         let inner = self.start(&target::static_target(&config), &authority, named, None)?;
-        let _ = inner.control.send(Control::Resolved(Ok(resolved)));
+        let _ = inner
+            .control
+            .send(Control::Resolved(Ok(Box::new(resolved))));
         Ok(Channel {
             inner: Arc::new(inner),
         })

@@ -46,7 +46,10 @@ pub(crate) async fn run(
                             .join(", ")
                     );
                 }
-                if control.send(Control::Resolved(result.clone())).is_err() {
+                if control
+                    .send(Control::Resolved(result.clone().map(Box::new)))
+                    .is_err()
+                {
                     return;
                 }
                 last = Some(result);

@@ -60,7 +60,7 @@ impl Shared {
 /// Requests to the LB task from outside the tree.
 pub(crate) enum Control {
     /// A resolver result: a config, or the reason there is none.
-    Resolved(Result<ChannelConfig, String>),
+    Resolved(Result<Box<ChannelConfig>, String>),
     /// The last handle of a cluster was dropped.
     ClusterUnused(Arc<str>),
     /// Report the tree.
@@ -143,7 +143,7 @@ impl WorkSerializer {
 
     fn control(&mut self, c: Control) {
         match c {
-            Control::Resolved(Ok(config)) => self.apply(config),
+            Control::Resolved(Ok(config)) => self.apply(*config),
             Control::Resolved(Err(message)) => {
                 log::warn!("{}: resolution failed: {message}", self.target);
                 self.routing = Routing::Failed(Status::unavailable(message));
@@ -202,13 +202,19 @@ impl WorkSerializer {
         });
         self.live.retain(|_, w| w.strong_count() > 0);
         self.update_root();
-        self.routing = Routing::Ready(Arc::new(ConfigSelector::new(
+        self.routing = match ConfigSelector::new(
             config.virtual_host,
             config.max_stream_duration,
             handles,
             &config.http_filters,
             &self.session_options,
-        )));
+        ) {
+            Ok(selector) => Routing::Ready(Arc::new(selector)),
+            Err(message) => {
+                log::warn!("{}: {message}", self.target);
+                Routing::Failed(Status::unavailable(message))
+            }
+        };
         self.publish();
     }
 

@@ -1,12 +1,14 @@
 //! Listener validation: a client-side listener is an `ApiListener` holding an
 //! `HttpConnectionManager`, whose routes come from RDS or inline, and whose
 //! HTTP filters end with the router. The stateful session filter
-//! (gRFC A55) is validated with tether-core's cookie rules.
+//! (gRFC A55) is validated with tether-core's cookie rules; the fault
+//! injection filter (A33) as C-core reads it.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3 as core;
+use envoy_types::pb::envoy::extensions::filters::http::fault::v3::HttpFault;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
 use envoy_types::pb::envoy::extensions::filters::http::stateful_session::v3::{
     stateful_session_per_route, StatefulSession, StatefulSessionPerRoute,
@@ -21,6 +23,7 @@ use tether_core::http::set_cookie::{Attribute, CookieSpec};
 
 pub use envoy_types::pb::envoy::config::listener::v3::Listener;
 
+use super::fault::{self, FaultConfig};
 use super::route::{self, RouteConfigResource};
 use super::{type_name, Check};
 
@@ -65,11 +68,14 @@ pub struct HttpFilter {
 
 /// Configuration of a supported HTTP filter.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum FilterConfig {
     /// `envoy.extensions.filters.http.router.v3.Router`.
     Router,
     /// `envoy.extensions.filters.http.stateful_session.v3.StatefulSession`.
     StatefulSession(SessionState),
+    /// `envoy.extensions.filters.http.fault.v3.HTTPFault` (gRFC A33).
+    Fault(FaultConfig),
 }
 
 /// A stateful session configuration (A55). `cookie` is `None` when
@@ -80,6 +86,20 @@ pub struct SessionState {
     pub cookie: Option<CookieSpec>,
     /// Envoy's `strict` (read for Envoy parity; gRPC ignores it).
     pub strict: bool,
+}
+
+/// A filter's override in a virtual host's, route's or weighted cluster's
+/// `typed_per_filter_config`, keyed there by the filter's instance name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FilterOverride {
+    /// A `FilterConfig` wrapper with `disabled: true`: the filter does
+    /// nothing in this scope.
+    Disabled,
+    /// A stateful session override.
+    Session(SessionOverride),
+    /// A fault injection config, replacing the listener's in this scope.
+    Fault(FaultConfig),
 }
 
 /// A per-route stateful session override (`StatefulSessionPerRoute`).
@@ -237,6 +257,10 @@ fn filter_config(
             let s = c.unpack::<StatefulSession>(any)?;
             return Some(FilterConfig::StatefulSession(session_state(c, &s)));
         }
+        if name == HttpFault::full_name() {
+            let f = c.unpack::<HttpFault>(any)?;
+            return Some(FilterConfig::Fault(fault::validate(c, &f)));
+        }
         if !optional {
             let what = if TYPED_STRUCTS.contains(&name) {
                 "a TypedStruct filter config is not supported"
@@ -329,13 +353,13 @@ fn core_error(c: &mut Check, e: &tether_core::ConfigError) {
 /// Validates a per-filter override (`typed_per_filter_config` value) of a
 /// route, virtual host or weighted cluster. Returns `None` for optional
 /// overrides of unsupported types, which are skipped.
-pub(crate) fn filter_override(c: &mut Check, any: &pb::Any) -> Option<SessionOverride> {
+pub(crate) fn filter_override(c: &mut Check, any: &pb::Any) -> Option<FilterOverride> {
     use envoy_types::pb::envoy::config::route::v3::FilterConfig as Wrapper;
     let name = type_name(&any.type_url);
     if name == Wrapper::full_name() {
         let w = c.unpack::<Wrapper>(any)?;
         if w.disabled {
-            return Some(SessionOverride::Disabled);
+            return Some(FilterOverride::Disabled);
         }
         return match &w.config {
             Some(inner) => c.at("config", |c| filter_override_inner(c, inner, w.is_optional)),
@@ -345,23 +369,30 @@ pub(crate) fn filter_override(c: &mut Check, any: &pb::Any) -> Option<SessionOve
     filter_override_inner(c, any, false)
 }
 
-fn filter_override_inner(c: &mut Check, any: &pb::Any, optional: bool) -> Option<SessionOverride> {
+fn filter_override_inner(c: &mut Check, any: &pb::Any, optional: bool) -> Option<FilterOverride> {
     let name = type_name(&any.type_url);
+    if name == HttpFault::full_name() {
+        // The fault filter's override is its listener config's message.
+        let f = c.unpack::<HttpFault>(any)?;
+        return Some(FilterOverride::Fault(fault::validate(c, &f)));
+    }
     if name == StatefulSessionPerRoute::full_name() {
         let p = c.unpack::<StatefulSessionPerRoute>(any)?;
-        return Some(match &p.r#override {
+        return Some(FilterOverride::Session(match &p.r#override {
             None | Some(stateful_session_per_route::Override::Disabled(_)) => {
                 SessionOverride::Disabled
             }
             Some(stateful_session_per_route::Override::StatefulSession(s)) => {
                 SessionOverride::Enabled(c.at("stateful_session", |c| session_state(c, s)))
             }
-        });
+        }));
     }
     if name == STATEFUL_SESSION {
         // A base config in the override slot acts as a full override.
         let s = c.unpack::<StatefulSession>(any)?;
-        return Some(SessionOverride::Enabled(session_state(c, &s)));
+        return Some(FilterOverride::Session(SessionOverride::Enabled(
+            session_state(c, &s),
+        )));
     }
     if !optional {
         c.at("type_url", |c| {
@@ -377,7 +408,15 @@ impl HttpConnectionManagerConfig {
     pub fn stateful_session(&self) -> Option<(&str, &SessionState)> {
         self.http_filters.iter().find_map(|f| match &f.config {
             FilterConfig::StatefulSession(s) => Some((f.name.as_str(), s)),
-            FilterConfig::Router => None,
+            _ => None,
+        })
+    }
+
+    /// The fault injection filters with their instance names, in order.
+    pub fn faults(&self) -> impl Iterator<Item = (&str, &FaultConfig)> {
+        self.http_filters.iter().filter_map(|f| match &f.config {
+            FilterConfig::Fault(config) => Some((f.name.as_str(), config)),
+            _ => None,
         })
     }
 }

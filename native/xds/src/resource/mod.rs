@@ -6,7 +6,9 @@
 
 pub mod cluster;
 pub mod endpoint;
+pub mod fault;
 pub mod listener;
+pub mod retry;
 pub mod route;
 pub mod security;
 pub mod typed_struct;

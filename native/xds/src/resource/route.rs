@@ -11,7 +11,8 @@ use envoy_types::pb::google::protobuf as pb;
 
 pub use rpb::RouteConfiguration;
 
-use super::listener::{filter_override, SessionOverride};
+use super::listener::{filter_override, FilterOverride};
+use super::retry::{self, RetryPolicy};
 use super::Check;
 
 /// A validated route configuration.
@@ -24,7 +25,7 @@ pub struct RouteConfigResource {
 }
 
 /// Per-filter overrides, keyed by HTTP filter instance name.
-pub type FilterOverrides = BTreeMap<String, SessionOverride>;
+pub type FilterOverrides = BTreeMap<String, FilterOverride>;
 
 /// A virtual host.
 #[derive(Debug, Clone, PartialEq)]
@@ -37,6 +38,8 @@ pub struct VirtualHost {
     pub routes: Vec<Route>,
     /// Filter overrides for the whole virtual host.
     pub filter_overrides: FilterOverrides,
+    /// The virtual host's `retry_policy`, for routes without their own.
+    pub retry_policy: Option<RetryPolicy>,
 }
 
 /// A route.
@@ -165,6 +168,8 @@ pub struct RouteAction {
     pub hash_policies: Vec<HashPolicy>,
     /// `max_stream_duration.grpc_timeout_header_max` or `max_stream_duration`, if set.
     pub max_stream_duration: Option<Duration>,
+    /// The route's `retry_policy`, else its virtual host's (gRFC A44).
+    pub retry_policy: Option<RetryPolicy>,
 }
 
 /// One cluster or a weighted choice among several.
@@ -257,16 +262,23 @@ fn virtual_host(c: &mut Check, vh: &rpb::VirtualHost) -> VirtualHost {
         c.fail_at("domains", "must be non-empty");
     }
     let filter_overrides = overrides(c, &vh.typed_per_filter_config);
-    let routes = c.each("routes", &vh.routes, route);
+    let retry_policy = vh
+        .retry_policy
+        .as_ref()
+        .map(|p| c.at("retry_policy", |c| retry::validate(c, p)));
+    let routes = c.each("routes", &vh.routes, |c, r| {
+        route(c, r, retry_policy.as_ref())
+    });
     VirtualHost {
         name: vh.name.clone(),
         domains: vh.domains.clone(),
         routes,
         filter_overrides,
+        retry_policy,
     }
 }
 
-fn route(c: &mut Check, r: &rpb::Route) -> Option<Route> {
+fn route(c: &mut Check, r: &rpb::Route, vh_retry: Option<&RetryPolicy>) -> Option<Route> {
     let matcher = c.at("match", |c| match &r.r#match {
         None => {
             c.fail("field not present");
@@ -275,9 +287,9 @@ fn route(c: &mut Check, r: &rpb::Route) -> Option<Route> {
         Some(m) => route_match(c, m),
     });
     let action = match &r.action {
-        Some(rpb::route::Action::Route(a)) => {
-            c.at("route", |c| route_action(c, a)).map(Action::Route)
-        }
+        Some(rpb::route::Action::Route(a)) => c
+            .at("route", |c| route_action(c, a, vh_retry))
+            .map(Action::Route),
         Some(_) => Some(Action::NonForwarding),
         None => {
             c.fail_at("action", "field not present");
@@ -391,7 +403,11 @@ fn string_match(c: &mut Check, s: &mpb::StringMatcher) -> Option<HeaderMatch> {
     })
 }
 
-fn route_action(c: &mut Check, a: &rpb::RouteAction) -> Option<RouteAction> {
+fn route_action(
+    c: &mut Check,
+    a: &rpb::RouteAction,
+    vh_retry: Option<&RetryPolicy>,
+) -> Option<RouteAction> {
     use rpb::route_action::ClusterSpecifier as S;
     let clusters = match &a.cluster_specifier {
         Some(S::Cluster(name)) => {
@@ -427,10 +443,15 @@ fn route_action(c: &mut Check, a: &rpb::RouteAction) -> Option<RouteAction> {
             c.at(d.0, |c| c.duration(d.1))
         })
     });
+    let retry_policy = match &a.retry_policy {
+        Some(p) => Some(c.at("retry_policy", |c| retry::validate(c, p))),
+        None => vh_retry.cloned(),
+    };
     Some(RouteAction {
         clusters: clusters?,
         hash_policies,
         max_stream_duration,
+        retry_policy,
     })
 }
 
