@@ -22,6 +22,8 @@ fi
 [ "$what" = demo ] && exit 0
 
 "$py" -c 'import grpc' 2>/dev/null || retry "$py" -m pip install --quiet --disable-pip-version-check grpcio
+# grpcio's CSDS service (gRFC A40), for the CSDS tests beside tether's.
+"$py" -c 'import grpc_csds' 2>/dev/null || retry "$py" -m pip install --quiet --disable-pip-version-check grpcio-csds==1.85.0
 
 missing=()
 command -v wrk >/dev/null || missing+=(wrk)

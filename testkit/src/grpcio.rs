@@ -19,6 +19,8 @@ use tokio::io::AsyncWriteExt;
 
 /// The grpcio release [`python_or_install`] installs.
 pub const VERSION: &str = "1.85.1";
+/// The grpcio-csds release installed beside it (its CSDS service).
+pub const CSDS_VERSION: &str = "1.85.0";
 
 /// The longest a batch of calls may take.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -45,7 +47,7 @@ fn venv_dir(venv: Option<&Path>) -> PathBuf {
 
 async fn imports_grpc(py: &Path) -> bool {
     crate::command(py)
-        .args(["-c", "import grpc"])
+        .args(["-c", "import grpc, grpc_csds"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -54,7 +56,7 @@ async fn imports_grpc(py: &Path) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// A Python that imports grpc: `$TETHER_PYTHON`, `python3`, or the
+/// A Python that imports grpc and grpc_csds: `$TETHER_PYTHON`, `python3`, or the
 /// virtual environment `venv` (default `target/tmp/py-grpcio`, where
 /// [`python_or_install`] puts it). `None` when there is none.
 pub async fn find_python(venv: Option<&Path>) -> Option<PathBuf> {
@@ -111,6 +113,7 @@ pub async fn python_or_install(venv: Option<&Path>) -> Result<PathBuf, String> {
                     "--disable-pip-version-check",
                 ])
                 .arg(format!("grpcio=={VERSION}"))
+                .arg(format!("grpcio-csds=={CSDS_VERSION}"))
                 .stdin(Stdio::null())
                 .output(),
         )

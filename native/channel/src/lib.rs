@@ -27,4 +27,8 @@ pub mod subchannel;
 /// The xDS client and its validated resources (the `tether-xds` crate).
 pub use tether_xds as xds;
 
+/// The Client Status Discovery Service (gRFC A40) over every XdsClient of
+/// the process: add [`csds::service()`] to a tonic server.
+pub use tether_xds::csds;
+
 pub use channel::Channel;

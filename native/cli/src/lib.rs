@@ -9,6 +9,7 @@
 
 pub mod call;
 pub mod cookie;
+pub mod csds;
 pub mod ring;
 pub mod xds;
 

@@ -54,7 +54,8 @@ const SETTLE_MAX: Duration = Duration::from_millis(250);
 #[derive(Debug, Subcommand)]
 pub enum XdsCommand {
     /// Follow a listener's resources through tether's XdsClient and print them as it validated
-    /// them, each with its CSDS-like status. See XDS_DUMP.md.
+    /// them, each with its CSDS-like status; or, with --csds, ask a running process's CSDS
+    /// service. See XDS_DUMP.md.
     Dump(DumpArgs),
 }
 
@@ -67,8 +68,12 @@ pub struct DumpArgs {
     bootstrap: Option<PathBuf>,
     /// The listener to start from: the NAME a gRPC client dials as xds:///NAME (it also picks the
     /// virtual host).
-    #[arg(long, value_name = "NAME")]
-    listener: String,
+    #[arg(long, value_name = "NAME", required_unless_present = "csds")]
+    listener: Option<String>,
+    /// Instead of following a listener with a client of its own: ask the Client Status Discovery
+    /// Service (gRFC A40) of a running process at ADDR (HOST:PORT) what its xDS clients hold.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["listener", "bootstrap", "watch"])]
+    csds: Option<String>,
     /// Print the whole dump as one JSON line each time it changes, until interrupted (SIGINT
     /// exits 0).
     #[arg(long)]
@@ -116,6 +121,18 @@ pub(super) fn read_bootstrap(path: Option<&Path>) -> Result<Bootstrap, Bootstrap
 }
 
 fn dump(a: DumpArgs) -> i32 {
+    if let Some(addr) = &a.csds {
+        let Some(runtime) = super::runtime() else {
+            return 1;
+        };
+        return match runtime.block_on(super::csds::fetch(addr)) {
+            Ok(doc) => emit(&pretty(&doc)).map_or_else(|code| code, |()| 0),
+            Err(e) => {
+                eprintln!("tether: {e}");
+                1
+            }
+        };
+    }
     let bootstrap = match read_bootstrap(a.bootstrap.as_deref()) {
         Ok(b) => b,
         Err(e) => {
@@ -154,7 +171,7 @@ async fn dump_async(a: DumpArgs, bootstrap: Bootstrap) -> i32 {
         }
     };
     let mut events = client.events();
-    let mut graph = Graph::new(client, a.listener.clone());
+    let mut graph = Graph::new(client, a.listener.clone().unwrap_or_default());
     let timeout = match (a.timeout, a.watch) {
         (Some(t), _) => Some(t),
         (None, false) => Some(DEFAULT_TIMEOUT),
@@ -193,7 +210,7 @@ async fn dump_async(a: DumpArgs, bootstrap: Bootstrap) -> i32 {
                 }
                 eprintln!(
                     "tether: the resources of listener {:?} are not complete after {}",
-                    a.listener,
+                    a.listener.as_deref().unwrap_or_default(),
                     tether_core::duration::display(timeout.unwrap_or_default())
                 );
                 return EXIT_INCOMPLETE;
@@ -321,7 +338,8 @@ fn entry(name: &str, s: &ResourceState) -> Value {
     Value::Object(m)
 }
 
-fn resource_json(r: &Resource) -> Value {
+/// A validated resource as `dump` prints it.
+pub(crate) fn resource_json(r: &Resource) -> Value {
     match r {
         Resource::Listener(l) => listener_json(l),
         Resource::RouteConfiguration(rc) => route_config_json(rc),

@@ -585,6 +585,7 @@ fn endpoints(name: &str, addr: &str) -> epb::ClusterLoadAssignment {
     epb::ClusterLoadAssignment {
         cluster_name: name.to_owned(),
         endpoints: vec![epb::LocalityLbEndpoints {
+            locality: Some(core::Locality::default()),
             load_balancing_weight: Some(UInt32Value { value: 1 }),
             lb_endpoints: vec![epb::LbEndpoint {
                 host_identifier: Some(epb::lb_endpoint::HostIdentifier::Endpoint(epb::Endpoint {
@@ -836,4 +837,236 @@ async fn a_target_without_a_virtual_host_is_an_error() {
     // Nothing below the routes is fetched.
     assert_eq!(doc["route_clusters"], serde_json::json!([]));
     assert_eq!(doc["clusters"], serde_json::json!([]));
+}
+
+/// Runs `tether xds dump --csds ADDR`.
+async fn dump_csds(addr: &str) -> (ExitStatus, Value, String) {
+    let child = tether()
+        .args(["xds", "dump", "--csds", addr])
+        .spawn()
+        .expect("spawn tether");
+    finish(child).await
+}
+
+/// `(client scope, type, name) -> (status, version, has error_state,
+/// has resource)`.
+type CsdsView = std::collections::BTreeMap<(String, String, String), (String, Value, bool, bool)>;
+
+/// Every client's resources in a CSDS document.
+fn csds_view(doc: &Value) -> CsdsView {
+    let mut out = CsdsView::new();
+    for c in doc["clients"].as_array().expect("clients") {
+        let scope = c["client_scope"].as_str().unwrap();
+        for r in c["resources"].as_array().unwrap() {
+            out.insert(
+                (
+                    scope.to_owned(),
+                    r["type"].as_str().unwrap().to_owned(),
+                    r["name"].as_str().unwrap().to_owned(),
+                ),
+                (
+                    r["status"].as_str().unwrap().to_owned(),
+                    r["version"].clone(),
+                    r.get("error").is_some(),
+                    !r["resource"].is_null(),
+                ),
+            );
+        }
+    }
+    out
+}
+
+/// CSDS (gRFC A40) beside grpcio's: the same control plane serves a good
+/// target, one whose listener is refused and one whose listener is then
+/// removed; a process of channels serving `tether::csds::service()` and a
+/// grpcio process serving `grpc_csds` are asked the same question by
+/// `tether xds dump --csds`, and report the same statuses and versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csds_reports_what_the_clients_hold_beside_c_core() {
+    use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
+    let Ok(python) = tether_testkit::grpcio::python_or_install(None).await else {
+        panic!("grpcio is needed (scripts/setup.sh installs it)");
+    };
+    let backend = GrpcBackend::start("good").await;
+    let f = Fixture::start(Mode::Serve).await;
+    let unknown_filter = envoy_types::pb::google::protobuf::Any {
+        type_url: "type.googleapis.com/example.NoSuchFilter".into(),
+        value: Vec::new(),
+    };
+    f.set_resources(
+        LDS,
+        vec![
+            make::listener("good.example", "routes"),
+            make::listener_with(
+                "bad.example",
+                "routes",
+                vec![("nope", unknown_filter.clone())],
+            ),
+            make::listener("gone.example", "routes"),
+        ],
+    );
+    let rc = rpb::RouteConfiguration {
+        name: "routes".into(),
+        virtual_hosts: vec![rpb::VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes: vec![route("/", "good")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    f.set_resources(RDS, vec![pack(&rc)]);
+    f.set_resources(CDS, vec![pack(&make::cluster("good"))]);
+    f.set_resources(
+        EDS,
+        vec![pack(&endpoints("good", &backend.addr().to_string()))],
+    );
+    let dir = TempDir::new("csds");
+    let boot = dir.bootstrap(&fixture_bootstrap(&f, "csds-node"));
+    let targets = [
+        "xds:///good.example",
+        "xds:///bad.example",
+        "xds:///gone.example",
+    ];
+
+    // tether: channels of one process, and its CSDS service.
+    let channels: Vec<tether::Channel> = targets
+        .iter()
+        .map(|t| {
+            tether::Channel::builder()
+                .bootstrap(tether::xds::Bootstrap::from_file(&boot).unwrap())
+                .connect(t)
+                .unwrap()
+        })
+        .collect();
+    let call = |c: &tether::Channel| {
+        let c = c.clone();
+        async move {
+            let mut r = tonic::Request::new(EchoRequest {
+                message: "hi".into(),
+            });
+            r.set_timeout(Duration::from_secs(5));
+            EchoClient::new(c)
+                .echo(r)
+                .await
+                .map(|_| ())
+                .map_err(|s| s.code())
+        }
+    };
+    assert_eq!(call(&channels[0]).await, Ok(()));
+    assert_eq!(call(&channels[2]).await, Ok(()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ours = listener.local_addr().unwrap().to_string();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(tether::csds::service())
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+
+    // grpcio: the same targets, and grpc_csds.
+    let mut peer = Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testkit/peers/grpc_csds_peer.py"))
+        .args(targets)
+        .env("GRPC_XDS_BOOTSTRAP", &boot)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run the grpcio CSDS peer");
+    let mut lines = BufReader::new(peer.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(LIMIT, lines.next_line())
+        .await
+        .expect("the grpcio peer did not start")
+        .unwrap()
+        .expect("the grpcio peer printed nothing");
+    let started: Value = serde_json::from_str(&first).unwrap();
+    let theirs = started["csds"].as_str().unwrap().to_owned();
+    println!("grpcio: {started}");
+    assert_eq!(started["calls"]["xds:///good.example"], "OK", "{started}");
+
+    let settled = |doc: &Value| {
+        csds_view(doc)
+            .values()
+            .all(|(status, ..)| status != "requested")
+    };
+    let both = || async {
+        let mut views = Vec::new();
+        for addr in [&ours, &theirs] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let (status, doc, stderr) = dump_csds(addr).await;
+                assert!(status.success(), "{status}: {stderr}");
+                if settled(&doc) || Instant::now() > deadline {
+                    views.push((csds_view(&doc), doc));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        views
+    };
+    let compare = |views: &[(CsdsView, Value)]| {
+        println!("tether: {:#?}\nC-core: {:#?}", views[0].0, views[1].0);
+        assert_eq!(
+            views[0].0, views[1].0,
+            "tether {:#}\nC-core {:#}",
+            views[0].1, views[1].1
+        );
+    };
+    let before = both().await;
+    compare(&before);
+    // One client a target, as C-core since A71.
+    let scopes: std::collections::BTreeSet<&str> =
+        before[0].0.keys().map(|k| k.0.as_str()).collect();
+    assert_eq!(
+        scopes.into_iter().collect::<Vec<_>>(),
+        ["xds:/bad.example", "xds:/gone.example", "xds:/good.example"]
+    );
+    let key = |s: &str, t: &str, n: &str| (format!("xds:/{s}"), t.to_owned(), n.to_owned());
+    let (status, _, error, resource) = &before[0].0[&key("bad.example", "Listener", "bad.example")];
+    assert_eq!(
+        (status.as_str(), *error, *resource),
+        ("nacked", true, false)
+    );
+    assert_eq!(
+        before[0].0[&key("good.example", "Listener", "good.example")].0,
+        "acked"
+    );
+    // The NACK's details name the filter, in tether's words.
+    let bad = before[0].1["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|c| c["resources"].as_array().unwrap())
+        .find(|r| r["name"] == "bad.example")
+        .unwrap();
+    assert!(
+        bad["error"]["details"]
+            .as_str()
+            .unwrap()
+            .contains("example.NoSuchFilter"),
+        "{bad:#}"
+    );
+
+    // The server removes gone.example from its state of the world.
+    f.set_resources(
+        LDS,
+        vec![
+            make::listener("good.example", "routes"),
+            make::listener_with("bad.example", "routes", vec![("nope", unknown_filter)]),
+        ],
+    );
+    f.push(LDS);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = both().await;
+    compare(&after);
+    println!(
+        "after the deletion: tether {:?}, C-core {:?}",
+        after[0].0[&key("gone.example", "Listener", "gone.example")],
+        after[1].0[&key("gone.example", "Listener", "gone.example")]
+    );
+    drop(peer.stdin.take());
+    let _ = peer.wait().await;
+    drop(channels);
 }

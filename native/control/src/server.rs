@@ -110,9 +110,14 @@ impl ControlPlane {
 
     /// The tonic service to add to a server.
     pub fn service(&self) -> AggregatedDiscoveryServiceServer<AdsService> {
-        AggregatedDiscoveryServiceServer::new(AdsService {
+        AggregatedDiscoveryServiceServer::new(self.ads_service())
+    }
+
+    /// The ADS implementation itself, for a server that wraps it.
+    pub fn ads_service(&self) -> AdsService {
+        AdsService {
             plane: self.clone(),
-        })
+        }
     }
 
     /// Serves ADS on `listener` until `shutdown` completes.

@@ -19,12 +19,14 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::discovery::v3::{
     aggregated_discovery_service_client::AggregatedDiscoveryServiceClient, DiscoveryRequest,
     DiscoveryResponse,
 };
+use envoy_types::pb::google::protobuf::Any;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
@@ -74,6 +76,27 @@ pub struct ResourceState {
     /// The latest error: with `resource` present an ambient error (keep
     /// using the resource), without it the reason there is none.
     pub error: Option<XdsError>,
+    /// `resource` as the server sent it (its `Any`), for CSDS.
+    pub raw: Option<Arc<Any>>,
+    /// When `resource` was last received.
+    pub updated: Option<SystemTime>,
+    /// The last update of this resource that failed (a NACK, or the
+    /// server removing it), until one is accepted: CSDS's `error_state`.
+    pub rejected: Option<Rejection>,
+}
+
+/// An update of one resource that failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    /// When it arrived.
+    pub at: SystemTime,
+    /// The response's version.
+    pub version: String,
+    /// Why it failed: the NACK's reason, or `does not exist` (C-core's
+    /// words for a resource the server removed).
+    pub details: String,
+    /// What the server sent, for a NACK.
+    pub raw: Option<Arc<Any>>,
 }
 
 impl ResourceState {
@@ -83,6 +106,9 @@ impl ResourceState {
             resource_version: None,
             status: ResourceStatus::Requested,
             error: None,
+            raw: None,
+            updated: None,
+            rejected: None,
         }
     }
 
@@ -105,7 +131,13 @@ struct Registry {
 }
 
 impl Registry {
-    fn names(&self, kind: ResourceKind) -> Vec<String> {
+    /// The names of `kind` to subscribe to, for a request about to be
+    /// sent: entries no watcher holds any more are dropped here, as the
+    /// request unsubscribes them (until then a new watcher finds the
+    /// resource still cached, which the server will not send again).
+    fn names(&mut self, kind: ResourceKind) -> Vec<String> {
+        self.entries
+            .retain(|(k, _), e| *k != kind || e.watchers > 0);
         let set: BTreeSet<&str> = self
             .entries
             .keys()
@@ -144,7 +176,7 @@ impl Drop for Stopper {
 }
 
 /// Knobs for tests and tools; [`Default`] gives gRPC's values.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ClientOptions {
     /// Backoff between stream attempts that got no response.
@@ -301,6 +333,51 @@ impl TlsConnector {
     }
 }
 
+/// One XdsClient of the process, as [`XdsClient::shared`] finds it again
+/// and [`XdsClient::all`] lists it: held weakly, so that the stream still
+/// stops when the last user drops its client.
+struct Pooled {
+    /// Only clients made by [`XdsClient::shared`] or
+    /// [`XdsClient::for_target`] are handed out again: the key is the
+    /// bootstrap, the options and the target (`None`: the process's).
+    key: Option<(Bootstrap, ClientOptions, Option<String>)>,
+    scope: Arc<str>,
+    shared: std::sync::Weak<Shared>,
+    stopper: std::sync::Weak<Stopper>,
+    server_uri: Arc<str>,
+    node_id: Arc<str>,
+    node: Arc<Node>,
+    certificate_providers:
+        Arc<std::collections::BTreeMap<String, crate::bootstrap::CertificateProvider>>,
+}
+
+impl Pooled {
+    /// The client, if a user still holds it and its task still runs (a
+    /// client of a runtime that was shut down has stopped).
+    fn client(&self) -> Option<XdsClient> {
+        let stopper = self.stopper.upgrade()?;
+        if stopper.0.is_finished() {
+            return None;
+        }
+        Some(XdsClient {
+            shared: self.shared.upgrade()?,
+            server_uri: self.server_uri.clone(),
+            node_id: self.node_id.clone(),
+            node: self.node.clone(),
+            scope: self.scope.clone(),
+            certificate_providers: self.certificate_providers.clone(),
+            _stopper: stopper,
+        })
+    }
+}
+
+/// Every XdsClient of the process.
+static POOL: Mutex<Vec<Pooled>> = Mutex::new(Vec::new());
+
+fn pool() -> MutexGuard<'static, Vec<Pooled>> {
+    POOL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// An xDS client talking to the bootstrap's first server. Cheap to clone;
 /// the stream stops when the last clone is dropped.
 #[derive(Clone)]
@@ -308,6 +385,8 @@ pub struct XdsClient {
     shared: Arc<Shared>,
     server_uri: Arc<str>,
     node_id: Arc<str>,
+    node: Arc<Node>,
+    scope: Arc<str>,
     certificate_providers:
         Arc<std::collections::BTreeMap<String, crate::bootstrap::CertificateProvider>>,
     _stopper: Arc<Stopper>,
@@ -328,11 +407,81 @@ impl XdsClient {
         XdsClient::start_with(bootstrap, ClientOptions::default())
     }
 
-    /// Starts a client with explicit options.
+    /// The process's client for `bootstrap` and `options`: the one already
+    /// running (on a runtime that still runs) when there is one, else a
+    /// new one. Channels that take it share one ADS stream whatever their
+    /// targets, for a management server that keeps one stream per client
+    /// and ends the older one when another opens (Istio's agent before it
+    /// accepted several).
+    pub fn shared(bootstrap: Bootstrap, options: ClientOptions) -> Result<Self, BootstrapError> {
+        XdsClient::pooled(bootstrap, options, None)
+    }
+
+    /// The client for the data-plane `target` (`xds:///NAME`), as gRPC
+    /// C-core keeps one per target (gRFC A71): channels to the same target
+    /// share it, channels to other targets have their own ADS streams. Its
+    /// CSDS `client_scope` is the target as C-core writes it (`xds:/NAME`).
+    pub fn for_target(
+        bootstrap: Bootstrap,
+        options: ClientOptions,
+        target: &str,
+    ) -> Result<Self, BootstrapError> {
+        XdsClient::pooled(bootstrap, options, Some(target.to_owned()))
+    }
+
+    fn pooled(
+        bootstrap: Bootstrap,
+        options: ClientOptions,
+        target: Option<String>,
+    ) -> Result<Self, BootstrapError> {
+        let mut pool = pool();
+        pool.retain(|p| p.client().is_some());
+        let found = pool.iter().find(|p| {
+            p.key
+                .as_ref()
+                .is_some_and(|(b, o, t)| *b == bootstrap && *o == options && *t == target)
+        });
+        if let Some(client) = found.and_then(Pooled::client) {
+            return Ok(client);
+        }
+        drop(pool);
+        let key = (bootstrap.clone(), options.clone(), target);
+        XdsClient::start_pooled(bootstrap, options, Some(key))
+    }
+
+    /// The CSDS `client_scope`: the target of a per-target client (as
+    /// C-core writes it), empty for the others.
+    pub fn client_scope(&self) -> &str {
+        &self.scope
+    }
+
+    /// Every XdsClient of the process that is still in use (shared or
+    /// not), in the order they started: what a CSDS service reports.
+    pub fn all() -> Vec<XdsClient> {
+        let mut pool = pool();
+        pool.retain(|p| p.client().is_some());
+        pool.iter().filter_map(Pooled::client).collect()
+    }
+
+    /// Starts a client of its own with explicit options (never shared: a
+    /// stream of its own to the server).
     pub fn start_with(
         bootstrap: Bootstrap,
         options: ClientOptions,
     ) -> Result<Self, BootstrapError> {
+        XdsClient::start_pooled(bootstrap, options, None)
+    }
+
+    fn start_pooled(
+        bootstrap: Bootstrap,
+        options: ClientOptions,
+        key: Option<(Bootstrap, ClientOptions, Option<String>)>,
+    ) -> Result<Self, BootstrapError> {
+        // C-core's scope: the target URI normalized (`xds:///a` -> `xds:/a`).
+        let scope: Arc<str> = match key.as_ref().and_then(|k| k.2.as_deref()) {
+            Some(t) => t.replacen(":///", ":/", 1).into(),
+            None => "".into(),
+        };
         let server = bootstrap.server()?.clone();
         let channel = match server.address() {
             // gRPC's authority for a Unix socket is "localhost".
@@ -381,13 +530,34 @@ impl XdsClient {
             channel_error: None,
         };
         let handle = tokio::spawn(actor.run());
-        Ok(XdsClient {
+        let client = XdsClient {
             shared,
             server_uri: server.server_uri.into(),
-            node_id: bootstrap.node.id.into(),
+            node_id: bootstrap.node.id.clone().into(),
+            node: Arc::new(bootstrap.node.clone()),
+            scope,
             certificate_providers: Arc::new(bootstrap.certificate_providers.clone()),
             _stopper: Arc::new(Stopper(handle.abort_handle())),
-        })
+        };
+        let mut pool = pool();
+        pool.retain(|p| p.client().is_some());
+        pool.push(Pooled {
+            key,
+            shared: Arc::downgrade(&client.shared),
+            stopper: Arc::downgrade(&client._stopper),
+            server_uri: client.server_uri.clone(),
+            node_id: client.node_id.clone(),
+            node: client.node.clone(),
+            scope: client.scope.clone(),
+            certificate_providers: client.certificate_providers.clone(),
+        });
+        Ok(client)
+    }
+
+    /// Whether `other` is this client (a clone of it), not merely one with
+    /// the same bootstrap.
+    pub fn same(&self, other: &XdsClient) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
     }
 
     /// The server this client talks to, as written in the bootstrap.
@@ -398,6 +568,11 @@ impl XdsClient {
     /// The node ID this client presents.
     pub fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    /// The node this client presents (the bootstrap's).
+    pub fn node(&self) -> &Node {
+        &self.node
     }
 
     /// The bootstrap's certificate provider instances (gRFC A29), which
@@ -445,6 +620,7 @@ impl XdsClient {
         let mut out: Vec<_> = reg
             .entries
             .iter()
+            .filter(|(_, e)| e.watchers > 0)
             .map(|((k, n), e)| (*k, n.clone(), e.tx.borrow().clone()))
             .collect();
         out.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
@@ -522,7 +698,7 @@ impl Drop for Watcher {
             None => false,
         };
         if last {
-            reg.entries.remove(&self.key);
+            // Removed when the unsubscription is sent (Registry::names).
             drop(reg);
             let _ = self.shared.cmd_tx.send(Cmd::Changed(self.key.0));
         }
@@ -881,16 +1057,18 @@ impl Actor {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
-        let mut valid: HashMap<String, Resource> = HashMap::new();
+        let mut valid: HashMap<String, (Resource, &Any)> = HashMap::new();
         let mut invalid: Vec<(Option<String>, ValidationError)> = Vec::new();
+        let mut raw_invalid: HashMap<String, &Any> = HashMap::new();
         let mut seen = std::collections::HashSet::new();
+        let now = SystemTime::now();
         for any in &resp.resources {
             let decoded = resource::decode_with(kind, any, self.validation.clone());
             match decoded.result {
                 Ok(r) => {
                     let name = r.name().to_owned();
                     if seen.insert(name.clone()) {
-                        valid.insert(name, r);
+                        valid.insert(name, (r, any));
                     } else {
                         // The same name twice in one response: neither copy is used.
                         valid.remove(&name);
@@ -908,7 +1086,12 @@ impl Actor {
                         ));
                     }
                 }
-                Err(e) => invalid.push((decoded.name, e)),
+                Err(e) => {
+                    if let Some(n) = &decoded.name {
+                        raw_invalid.insert(n.clone(), any);
+                    }
+                    invalid.push((decoded.name, e))
+                }
             }
         }
         let version = resp.version_info.clone();
@@ -922,7 +1105,7 @@ impl Actor {
                     continue;
                 }
                 let key = (*k, name.clone());
-                if let Some(r) = valid.get(name) {
+                if let Some((r, any)) = valid.get(name) {
                     self.deadlines.remove(&key);
                     let status = ResourceStatus::Acked {
                         version: version.clone(),
@@ -940,6 +1123,11 @@ impl Actor {
                         s.resource_version = Some(version.clone());
                         s.status = status;
                         s.error = None;
+                        if s.raw.as_deref() != Some(*any) {
+                            s.raw = Some(Arc::new((*any).clone()));
+                            s.updated = Some(now);
+                        }
+                        s.rejected = None;
                         notify
                     });
                     if changed {
@@ -952,6 +1140,12 @@ impl Actor {
                 {
                     self.deadlines.remove(&key);
                     e.tx.send_modify(|s| {
+                        s.rejected = Some(Rejection {
+                            at: now,
+                            version: version.clone(),
+                            details: err.to_string(),
+                            raw: raw_invalid.get(name).map(|a| Arc::new((*a).clone())),
+                        });
                         s.status = ResourceStatus::Nacked {
                             version: version.clone(),
                             error: err.clone(),
@@ -971,6 +1165,13 @@ impl Actor {
                         }
                         s.resource = None;
                         s.resource_version = None;
+                        s.raw = None;
+                        s.rejected = Some(Rejection {
+                            at: now,
+                            version: version.clone(),
+                            details: "does not exist".into(),
+                            raw: None,
+                        });
                         s.status = ResourceStatus::DoesNotExist;
                         s.error = Some(XdsError::DoesNotExist {
                             kind,

@@ -227,8 +227,16 @@ impl Graph {
                 }
             })
             .collect();
-        // Unsubscribe what the graph no longer references.
-        self.watchers.retain(|k, _| w.used.contains(k));
+        // Unsubscribe what the graph no longer references; but a listener
+        // that stopped existing keeps what it referenced watched, as C-core
+        // does, so that it comes back whole.
+        let listener_gone = listener_res.is_none()
+            && w.listener
+                .as_ref()
+                .is_some_and(|s| s.status == ResourceStatus::DoesNotExist);
+        if !listener_gone {
+            self.watchers.retain(|k, _| w.used.contains(k));
+        }
         w
     }
 

@@ -15,6 +15,8 @@
 //! - [`backoff`]: exponential backoff with jitter between stream attempts.
 //! - [`error`]: the errors watchers see.
 //! - [`graph`]: one listener's resource graph, as a channel follows it.
+//! - [`csds`]: the Client Status Discovery Service (gRFC A40) over every
+//!   XdsClient of the process.
 //! - [`lb_config`]: LB policy configs (outlier detection, weighted round
 //!   robin, least request) and custom policies' names and parsers (A52).
 #![deny(missing_docs)]
@@ -23,6 +25,7 @@
 pub mod backoff;
 pub mod bootstrap;
 pub mod client;
+pub mod csds;
 pub mod error;
 pub mod graph;
 pub mod lb_config;

@@ -161,6 +161,30 @@ async fn unsubscribing_sends_the_smaller_set() {
     assert_eq!(client.resources().len(), 1);
 }
 
+/// A watcher dropped and another made at once, before the client sent the
+/// unsubscription: the name set it would send is unchanged, so it sends
+/// nothing and the server sends nothing again; the new watcher must find
+/// the resource still cached (seen when a channel to a target was replaced
+/// by another while its process's XdsClient stayed).
+#[tokio::test]
+async fn a_watch_dropped_and_made_again_at_once_keeps_the_cached_resource() {
+    let f = Fixture::start(Mode::Serve).await;
+    f.set_resources(LDS, vec![make::listener("a", "r")]);
+    let client = XdsClient::start(bootstrap(f.addr, "n")).unwrap();
+    let mut a = client.watch(ResourceKind::Listener, "a");
+    with_resource("a", &mut a).await;
+    request_matching(&f, |r| !r.request.response_nonce.is_empty()).await;
+    let requests = f.requests().len();
+    drop(a);
+    let mut again = client.watch(ResourceKind::Listener, "a");
+    assert!(again.current().resource.is_some(), "{:?}", again.current());
+    // Still there once the client has handled both (no request needed).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(with_resource("a", &mut again).await.resource.is_some());
+    assert_eq!(f.requests().len(), requests, "{:?}", f.requests());
+    assert_eq!(client.resources().len(), 1);
+}
+
 const YAML: &str = r#"
 virtualhosts:
   - name: echo.example

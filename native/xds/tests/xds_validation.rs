@@ -956,6 +956,21 @@ fn cla_errors(localities: Vec<epb::LocalityLbEndpoints>) -> Vec<String> {
 }
 
 #[test]
+fn a_weighted_locality_without_its_locality_is_an_error_as_in_c_core() {
+    let mut l = locality("a", 0, Some(1), vec![]);
+    l.locality = None;
+    assert_eq!(
+        cla_errors(vec![l.clone()]),
+        ["endpoints[0].locality: field not present"]
+    );
+    // Without a weight the entry is ignored before its locality is read.
+    l.load_balancing_weight = None;
+    assert!(decode(ResourceKind::Endpoints, &cla(vec![l]))
+        .result
+        .is_ok());
+}
+
+#[test]
 fn endpoints_priorities_localities_health_and_addresses() {
     let any = cla(vec![
         locality(

@@ -387,7 +387,11 @@ impl ConfigSelector {
             faults,
             retry: self.retries[index].clone(),
             hash,
-            timeout: action.max_stream_duration.or(self.default_timeout),
+            // Zero is no timeout (C-core; istiod sends 0s on every route).
+            timeout: action
+                .max_stream_duration
+                .or(self.default_timeout)
+                .filter(|d| !d.is_zero()),
             route: index,
             hash_cookies,
         })

@@ -219,12 +219,25 @@ impl fmt::Debug for Channel {
     }
 }
 
+/// Which channels share an XdsClient, and so one ADS stream to the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum XdsClientScope {
+    /// Channels to the same target share one; each target has its own, as
+    /// in gRPC C-core since gRFC A71 (its CSDS lists one client a target).
+    #[default]
+    Target,
+    /// Every channel of the process with the same bootstrap shares one.
+    Process,
+}
+
 /// Options of a channel, then [`ChannelBuilder::connect`] or
 /// [`ChannelBuilder::connect_static`].
 #[derive(Debug, Clone, Default)]
 pub struct ChannelBuilder {
     bootstrap: Option<Bootstrap>,
     xds_client: Option<XdsClient>,
+    xds_client_scope: XdsClientScope,
     client_options: ClientOptions,
     subchannel: SubchannelOptions,
     wait_for_ready: bool,
@@ -242,14 +255,27 @@ impl ChannelBuilder {
         self
     }
 
-    /// An XdsClient to share with other channels (instead of one of its own).
+    /// The XdsClient to use, instead of the one [`ChannelBuilder::xds_client_scope`]
+    /// picks (e.g. one made by [`XdsClient::start_with`]: a stream of the
+    /// channel's own).
     pub fn xds_client(mut self, client: XdsClient) -> Self {
         self.xds_client = Some(client);
         self
     }
 
-    /// Options of the channel's own XdsClient (e.g. a shorter
-    /// does-not-exist timer for tests).
+    /// Which channels share the channel's XdsClient and its ADS stream:
+    /// by default those to the same target, as gRPC C-core (gRFC A71);
+    /// [`XdsClientScope::Process`] shares one stream among every channel
+    /// of the process with the same bootstrap, for a management server
+    /// that keeps one stream per client.
+    pub fn xds_client_scope(mut self, scope: XdsClientScope) -> Self {
+        self.xds_client_scope = scope;
+        self
+    }
+
+    /// Options of the channel's XdsClient (e.g. a shorter does-not-exist
+    /// timer for tests); channels share a client only when their options
+    /// are equal too.
     pub fn xds_client_options(mut self, options: ClientOptions) -> Self {
         self.client_options = options;
         self
@@ -351,7 +377,11 @@ impl ChannelBuilder {
                     Some(b) => b,
                     None => Bootstrap::from_env()?,
                 };
-                XdsClient::start_with(bootstrap, self.client_options.clone())?
+                let options = self.client_options.clone();
+                match self.xds_client_scope {
+                    XdsClientScope::Target => XdsClient::for_target(bootstrap, options, target)?,
+                    XdsClientScope::Process => XdsClient::shared(bootstrap, options)?,
+                }
             }
         };
         let authority = self.authority.clone().unwrap_or_else(|| name.clone());

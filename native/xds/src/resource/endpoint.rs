@@ -214,15 +214,16 @@ pub(crate) fn validate(c: &mut Check, la: &ClusterLoadAssignment) -> EndpointsRe
                 if weight == 0 {
                     return;
                 }
-                let name = loc
-                    .locality
-                    .as_ref()
-                    .map(|l| LocalityName {
-                        region: l.region.clone(),
-                        zone: l.zone.clone(),
-                        sub_zone: l.sub_zone.clone(),
-                    })
-                    .unwrap_or_default();
+                // C-core requires the locality (an empty one is fine).
+                let Some(l) = &loc.locality else {
+                    c.fail_at("locality", "field not present");
+                    return;
+                };
+                let name = LocalityName {
+                    region: l.region.clone(),
+                    zone: l.zone.clone(),
+                    sub_zone: l.sub_zone.clone(),
+                };
                 if !seen_localities.insert((loc.priority, name.clone())) {
                     c.at("locality", |c| {
                         c.fail(format!(
