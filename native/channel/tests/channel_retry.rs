@@ -384,6 +384,28 @@ where
     out
 }
 
+/// `address -> (started, succeeded, failed)` of every subchannel in a
+/// channel's stats (a subchannel shared by two clusters counted once).
+fn subchannel_counts(
+    v: &serde_json::Value,
+    out: &mut std::collections::BTreeMap<String, (u64, u64, u64)>,
+) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if let (Some(a), Some(s)) = (m.get("address"), m.get("calls_started")) {
+                let n = |k: &str| m[k].as_u64().unwrap();
+                out.insert(
+                    a.as_str().unwrap().to_owned(),
+                    (s.as_u64().unwrap(), n("calls_succeeded"), n("calls_failed")),
+                );
+            }
+            m.values().for_each(|v| subchannel_counts(v, out));
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|v| subchannel_counts(v, out)),
+        _ => {}
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retries_beside_c_core() {
     let Ok(python) = grpcio::python_or_install(None).await else {
@@ -434,6 +456,21 @@ async fn retries_beside_c_core() {
         },
     );
     let (ours, theirs) = tokio::join!(ours, theirs);
+    // Every attempt went through the pick's trackers: the subchannels'
+    // counters (which outlier detection, least_request and circuit
+    // breaking count the same way) saw each attempt, not each call.
+    let stats = serde_json::to_value(channel.stats().await.unwrap()).unwrap();
+    let mut counted = std::collections::BTreeMap::new();
+    subchannel_counts(&stats, &mut counted);
+    let attempts_seen: usize = ours.iter().map(|c| c.2.len()).sum::<usize>() + 1;
+    let (started, succeeded, failed) =
+        counted.values().fold((0, 0, 0), |t, c: &(u64, u64, u64)| {
+            (t.0 + c.0, t.1 + c.1, t.2 + c.2)
+        });
+    println!("subchannels: {counted:?}");
+    // (+1: the session's first call, which the cases do not list.)
+    assert_eq!(started as usize, attempts_seen, "{counted:?}");
+    assert_eq!((succeeded, failed), (4, started - 4), "{counted:?}");
     assert!(control.nacks_none(), "{}", control.stderr());
 
     use tonic::Code;
