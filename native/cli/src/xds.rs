@@ -315,6 +315,8 @@ fn entry(name: &str, s: &ResourceState) -> Value {
         ResourceStatus::Acked { .. } => "acked",
         ResourceStatus::Nacked { .. } => "nacked",
         ResourceStatus::DoesNotExist => "does_not_exist",
+        ResourceStatus::Timeout => "timeout",
+        _ => "unknown",
     };
     m.insert("status".into(), json!(status));
     m.insert("version".into(), json!(s.resource_version));

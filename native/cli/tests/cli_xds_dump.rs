@@ -852,10 +852,16 @@ async fn dump_csds(addr: &str) -> (ExitStatus, Value, String) {
 /// has resource)`.
 type CsdsView = std::collections::BTreeMap<(String, String, String), (String, Value, bool, bool)>;
 
-/// Every client's resources in a CSDS document.
+/// The resources of every client of node `csds-node` in a CSDS document
+/// (other tests of this file run clients in the same process).
 fn csds_view(doc: &Value) -> CsdsView {
     let mut out = CsdsView::new();
-    for c in doc["clients"].as_array().expect("clients") {
+    for c in doc["clients"]
+        .as_array()
+        .expect("clients")
+        .iter()
+        .filter(|c| c["node_id"] == "csds-node")
+    {
         let scope = c["client_scope"].as_str().unwrap();
         for r in c["resources"].as_array().unwrap() {
             out.insert(
@@ -874,6 +880,27 @@ fn csds_view(doc: &Value) -> CsdsView {
         }
     }
     out
+}
+
+/// Routes `routes` (every host to cluster `good`), cluster `good` and its
+/// endpoint `backend`, on `f`.
+fn serve_good(f: &Fixture, backend: &tether_testkit::grpc::GrpcBackend) {
+    let rc = rpb::RouteConfiguration {
+        name: "routes".into(),
+        virtual_hosts: vec![rpb::VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes: vec![route("/", "good")],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    f.set_resources(RDS, vec![pack(&rc)]);
+    f.set_resources(CDS, vec![pack(&make::cluster("good"))]);
+    f.set_resources(
+        EDS,
+        vec![pack(&endpoints("good", &backend.addr().to_string()))],
+    );
 }
 
 /// CSDS (gRFC A40) beside grpcio's: the same control plane serves a good
@@ -905,22 +932,7 @@ async fn csds_reports_what_the_clients_hold_beside_c_core() {
             make::listener("gone.example", "routes"),
         ],
     );
-    let rc = rpb::RouteConfiguration {
-        name: "routes".into(),
-        virtual_hosts: vec![rpb::VirtualHost {
-            name: "all".into(),
-            domains: vec!["*".into()],
-            routes: vec![route("/", "good")],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    f.set_resources(RDS, vec![pack(&rc)]);
-    f.set_resources(CDS, vec![pack(&make::cluster("good"))]);
-    f.set_resources(
-        EDS,
-        vec![pack(&endpoints("good", &backend.addr().to_string()))],
-    );
+    serve_good(&f, &backend);
     let dir = TempDir::new("csds");
     let boot = dir.bootstrap(&fixture_bootstrap(&f, "csds-node"));
     let targets = [
@@ -1069,4 +1081,310 @@ async fn csds_reports_what_the_clients_hold_beside_c_core() {
     drop(peer.stdin.take());
     let _ = peer.wait().await;
     drop(channels);
+}
+
+/// A grpcio process of `grpc_csds_peer.py`: its CSDS address, and a way to
+/// make one more call on each of its channels.
+struct CcorePeer {
+    child: Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    csds: String,
+}
+
+impl CcorePeer {
+    async fn start(python: &Path, bootstrap: &Path, targets: &[&str], a88: bool) -> CcorePeer {
+        let mut cmd = Command::new(python);
+        cmd.arg(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testkit/peers/grpc_csds_peer.py"),
+        )
+        .args(targets)
+        .env("GRPC_XDS_BOOTSTRAP", bootstrap)
+        .env_remove("GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+        if a88 {
+            cmd.env("GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING", "true");
+        }
+        let mut child = cmd.spawn().expect("run the grpcio CSDS peer");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first: Value = serde_json::from_str(
+            &tokio::time::timeout(LIMIT, lines.next_line())
+                .await
+                .expect("the grpcio peer did not start")
+                .unwrap()
+                .expect("the grpcio peer printed nothing"),
+        )
+        .unwrap();
+        CcorePeer {
+            child,
+            lines,
+            csds: first["csds"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    /// One call on each channel: target -> code name.
+    async fn call(&mut self) -> Value {
+        use tokio::io::AsyncWriteExt;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"call\n").await.unwrap();
+        stdin.flush().await.unwrap();
+        let line = tokio::time::timeout(LIMIT, self.lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        serde_json::from_str::<Value>(&line).unwrap()["calls"].clone()
+    }
+}
+
+/// Data errors (a NACK of a cached cluster, then the listener removed) beside
+/// grpcio 1.85, whose A88 handling is behind
+/// GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING (tether: `ClientOptions::
+/// data_error_handling`, which reads the same variable): without it and
+/// with `ignore_resource_deletion`, with it alone, and with it and
+/// `fail_on_data_errors`. Calls and CSDS (status, resource kept or not)
+/// agree after each error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_errors_as_c_core_handles_them_with_and_without_a88() {
+    use tether::channel::Channel;
+    use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
+    let Ok(python) = tether_testkit::grpcio::python_or_install(None).await else {
+        panic!("grpcio is needed (scripts/setup.sh installs it)");
+    };
+    let backend = GrpcBackend::start("good").await;
+    let f = Fixture::start(Mode::Serve).await;
+    let target = "xds:///good.example";
+    f.set_resources(LDS, vec![make::listener("good.example", "routes")]);
+    serve_good(&f, &backend);
+    let dir = TempDir::new("data-errors");
+    // (name, server features, A88 on)
+    let variants: [(&str, &str, bool); 3] = [
+        ("ignore-deletion", r#""ignore_resource_deletion""#, false),
+        ("a88", "", true),
+        ("a88-fail", r#""fail_on_data_errors""#, true),
+    ];
+    let mut ours = Vec::new();
+    let mut theirs = Vec::new();
+    for (name, features, a88) in variants {
+        let boot = dir.bootstrap(&format!(
+            r#"{{"xds_servers":[{{"server_uri":"{}","channel_creds":[{{"type":"insecure"}}],"server_features":["xds_v3"{}{features}]}}],"node":{{"id":"{name}"}}}}"#,
+            f.addr,
+            if features.is_empty() { "" } else { "," }
+        ));
+        let boot = {
+            let path = dir.0.join(format!("bootstrap-{name}.json"));
+            std::fs::copy(&boot, &path).unwrap();
+            path
+        };
+        let mut options = tether::xds::client::ClientOptions::default();
+        options.data_error_handling = a88;
+        let channel = Channel::builder()
+            .bootstrap(tether::xds::Bootstrap::from_file(&boot).unwrap())
+            .xds_client_options(options)
+            .connect(target)
+            .unwrap();
+        let server = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        ours.push((name, channel, server.local_addr().unwrap().to_string()));
+        if ours.len() == 1 {
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(tether::csds::service())
+                    .serve_with_incoming(tonic::transport::server::TcpIncoming::from(server)),
+            );
+        }
+        theirs.push(CcorePeer::start(&python, &boot, &[target], a88).await);
+    }
+    let csds_addr = ours[0].2.clone();
+    async fn call(c: &Channel) -> String {
+        let mut r = tonic::Request::new(EchoRequest {
+            message: "hi".into(),
+        });
+        r.set_timeout(Duration::from_secs(5));
+        match EchoClient::new(c.clone()).echo(r).await {
+            Ok(_) => "OK".to_owned(),
+            Err(s) => format!("{:?}", s.code()).to_uppercase(),
+        }
+    }
+    /// A node's resources in a CSDS document: "type name" -> (status, has resource).
+    fn look(doc: &Value, node: &str) -> std::collections::BTreeMap<String, (String, bool)> {
+        doc["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["node_id"] == node)
+            .flat_map(|c| c["resources"].as_array().unwrap().iter())
+            .map(|r| {
+                (
+                    format!(
+                        "{} {}",
+                        r["type"].as_str().unwrap(),
+                        r["name"].as_str().unwrap()
+                    ),
+                    (
+                        r["status"].as_str().unwrap().to_owned(),
+                        !r["resource"].is_null(),
+                    ),
+                )
+            })
+            .collect()
+    }
+    /// After the server's latest response: each variant's call and CSDS
+    /// view, the channel's and C-core's, equal.
+    async fn stage(
+        label: &str,
+        ours: &[(&str, Channel, String)],
+        theirs: &mut [CcorePeer],
+        csds_addr: &str,
+        target: &str,
+    ) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let (_, doc, _) = dump_csds(csds_addr).await;
+        for (i, (name, channel, _)) in ours.iter().enumerate() {
+            let mine = call(channel).await;
+            let peer_calls = theirs[i].call().await;
+            let (_, their_doc, _) = dump_csds(&theirs[i].csds).await;
+            let their_view = look(&their_doc, name);
+            let my_view = look(&doc, name);
+            println!(
+                "{label} / {name}: tether {mine} {my_view:?}\n{label} / {name}: C-core {} {their_view:?}",
+                peer_calls[target]
+            );
+            assert_eq!(
+                mine,
+                peer_calls[target].as_str().unwrap(),
+                "{label} / {name}: calls"
+            );
+            assert_eq!(my_view, their_view, "{label} / {name}: CSDS");
+        }
+    }
+    stage("before", &ours, &mut theirs, &csds_addr, target).await;
+    // A NACK of the cached cluster.
+    let mut bad = make::cluster("good");
+    bad.lb_policy = cpb::cluster::LbPolicy::RingHash as i32;
+    bad.lb_config = Some(cpb::cluster::LbConfig::RingHashLbConfig(
+        cpb::cluster::RingHashLbConfig {
+            minimum_ring_size: Some(UInt64Value { value: 0 }),
+            ..Default::default()
+        },
+    ));
+    f.set_resources(CDS, vec![pack(&bad)]);
+    f.push(CDS);
+    stage("cluster NACKed", &ours, &mut theirs, &csds_addr, target).await;
+    // The listener removed.
+    f.set_resources(LDS, vec![]);
+    f.push(LDS);
+    stage("listener removed", &ours, &mut theirs, &csds_addr, target).await;
+    for mut p in theirs {
+        drop(p.child.stdin.take());
+        let _ = p.child.wait().await;
+    }
+}
+
+/// The resource timer beside grpcio 1.85: a listener the server never
+/// sends is `does_not_exist` after 15 s without A88 (its
+/// `resource_timer_is_transient_error` ignored), and with A88 and that
+/// server feature `timeout` (a transient error) after the same 15 s:
+/// grpcio 1.85 does not lengthen the timer to A88's 30 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resource_timer_as_c_core_runs_it_with_and_without_a88() {
+    use tether::channel::Channel;
+    let Ok(python) = tether_testkit::grpcio::python_or_install(None).await else {
+        panic!("grpcio is needed (scripts/setup.sh installs it)");
+    };
+    let f = Fixture::start(Mode::Serve).await;
+    let target = "xds:///missing.example";
+    let dir = TempDir::new("resource-timer");
+    let started = Instant::now();
+    let mut sides = Vec::new();
+    for (name, a88) in [("timer-a88-off", false), ("timer-a88", true)] {
+        let path = dir.0.join(format!("bootstrap-{name}.json"));
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"xds_servers":[{{"server_uri":"{}","channel_creds":[{{"type":"insecure"}}],"server_features":["xds_v3","resource_timer_is_transient_error"]}}],"node":{{"id":"{name}"}}}}"#,
+                f.addr
+            ),
+        )
+        .unwrap();
+        let mut options = tether::xds::client::ClientOptions::default();
+        options.data_error_handling = a88;
+        let channel = Channel::builder()
+            .bootstrap(tether::xds::Bootstrap::from_file(&path).unwrap())
+            .xds_client_options(options)
+            .connect(target)
+            .unwrap();
+        let peer = CcorePeer::start(&python, &path, &[target], a88).await;
+        sides.push((name, channel, peer));
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ours = listener.local_addr().unwrap().to_string();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(tether::csds::service())
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let status = |doc: &Value, node: &str| -> String {
+        doc["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["node_id"] == node)
+            .flat_map(|c| c["resources"].as_array().unwrap().iter())
+            .find(|r| r["name"] == "missing.example")
+            .map_or("absent".into(), |r| {
+                r["status"].as_str().unwrap().to_owned()
+            })
+    };
+    // (after, variant, status both must show)
+    let checks = [(Duration::from_secs(20), "timer-a88-off", "does_not_exist")];
+    for (after, variant, want) in checks {
+        if let Some(wait) = after.checked_sub(started.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        let (_, doc, _) = dump_csds(&ours).await;
+        let side = sides.iter().find(|s| s.0 == variant).unwrap();
+        let (_, theirs, _) = dump_csds(&side.2.csds).await;
+        println!(
+            "{variant} at {:?}: tether {}, C-core {}",
+            started.elapsed(),
+            status(&doc, variant),
+            status(&theirs, variant)
+        );
+        assert_eq!(
+            (status(&doc, variant), status(&theirs, variant)),
+            (want.to_owned(), want.to_owned()),
+            "{variant} after {after:?}"
+        );
+    }
+    // The A88 side flips to timeout 15 s after it subscribed, on both.
+    let side = sides.iter().find(|s| s.0 == "timer-a88").unwrap();
+    let (mut mine_at, mut theirs_at) = (None, None);
+    while started.elapsed() < Duration::from_secs(50) && (mine_at.is_none() || theirs_at.is_none())
+    {
+        let (_, doc, _) = dump_csds(&ours).await;
+        let (_, theirs, _) = dump_csds(&side.2.csds).await;
+        if mine_at.is_none() && status(&doc, "timer-a88") == "timeout" {
+            mine_at = Some(started.elapsed());
+        }
+        if theirs_at.is_none() && status(&theirs, "timer-a88") == "timeout" {
+            theirs_at = Some(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!("timeout reported: tether at {mine_at:?}, C-core at {theirs_at:?}");
+    let (mine_at, theirs_at) = (
+        mine_at.expect("tether never timed out"),
+        theirs_at.expect("C-core never timed out"),
+    );
+    let gap = mine_at.abs_diff(theirs_at);
+    assert!(
+        gap < Duration::from_secs(3),
+        "tether at {mine_at:?}, C-core at {theirs_at:?}"
+    );
+    for (_, _, mut peer) in sides {
+        drop(peer.child.stdin.take());
+        let _ = peer.child.wait().await;
+    }
 }

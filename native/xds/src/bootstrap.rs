@@ -154,6 +154,25 @@ impl XdsServer {
             .iter()
             .any(|f| f == "ignore_resource_deletion")
     }
+
+    /// gRFC A88's `fail_on_data_errors`: a data error (a NACK, a deleted
+    /// LDS/CDS resource) drops the cached resource, when the client handles
+    /// data errors as A88 says ([`crate::client::ClientOptions`]).
+    pub fn fail_on_data_errors(&self) -> bool {
+        self.server_features
+            .iter()
+            .any(|f| f == "fail_on_data_errors")
+    }
+
+    /// gRFC A88's `resource_timer_is_transient_error`: a resource the
+    /// server does not send within the timer is a transient error (CSDS
+    /// `TIMEOUT`), not a missing resource, when the client handles data
+    /// errors as A88 says (15 s as in grpcio 1.85; A88's text says 30).
+    pub fn resource_timer_is_transient_error(&self) -> bool {
+        self.server_features
+            .iter()
+            .any(|f| f == "resource_timer_is_transient_error")
+    }
 }
 
 /// A parsed bootstrap.

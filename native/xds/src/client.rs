@@ -43,6 +43,7 @@ pub const DOES_NOT_EXIST_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Where a watched resource stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ResourceStatus {
     /// Subscribed; nothing received yet.
     Requested,
@@ -61,6 +62,9 @@ pub enum ResourceStatus {
     },
     /// Not sent within the does-not-exist timeout, or deleted by the server.
     DoesNotExist,
+    /// Not sent within the resource timer of a server with
+    /// `resource_timer_is_transient_error` (gRFC A88): CSDS `TIMEOUT`.
+    Timeout,
 }
 
 /// Everything a watcher knows about one resource.
@@ -188,6 +192,19 @@ pub struct ClientOptions {
     /// What resource validation accepts beyond gRPC's rules (default:
     /// nothing, so the client NACKs what gRPC NACKs), e.g. MAGLEV clusters.
     pub validation: ValidationOptions,
+    /// gRFC A88's data error handling, as C-core runs it behind
+    /// `GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING` (the default reads that
+    /// variable, off when unset): a NACK or an LDS/CDS deletion then drops
+    /// the cached resource only with the server feature
+    /// `fail_on_data_errors`, and `ignore_resource_deletion` is ignored.
+    pub data_error_handling: bool,
+}
+
+/// Whether `GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING` is set to a true
+/// value (`true`, `yes`, `1`, any case), as C-core reads it.
+pub fn data_error_handling_from_env() -> bool {
+    std::env::var("GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING")
+        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "yes" | "1"))
 }
 
 impl Default for ClientOptions {
@@ -197,6 +214,7 @@ impl Default for ClientOptions {
             backoff_seed: None,
             does_not_exist_timeout: DOES_NOT_EXIST_TIMEOUT,
             validation: ValidationOptions::default(),
+            data_error_handling: data_error_handling_from_env(),
         }
     }
 }
@@ -511,17 +529,31 @@ impl XdsClient {
             Some(seed) => Backoff::with_seed(options.backoff, seed),
             None => Backoff::new(options.backoff),
         };
+        // A88: the timer of a server with resource_timer_is_transient_error
+        // reports a transient error. (A88's text lengthens it to 30 s; grpcio
+        // 1.85 keeps 15 s, and so does this client.)
+        let timer_is_transient =
+            options.data_error_handling && server.resource_timer_is_transient_error();
+        let dne_timeout = options.does_not_exist_timeout;
         let actor = Actor {
             shared: Arc::downgrade(&shared),
             cmd_rx,
             channel,
             server_uri: server.server_uri.clone(),
-            ignore_deletion: server.ignore_resource_deletion(),
+            // C-core: with A88 a deletion drops the cached resource only
+            // with fail_on_data_errors; without, unless ignore_resource_deletion.
+            drop_on_deletion: if options.data_error_handling {
+                server.fail_on_data_errors()
+            } else {
+                !server.ignore_resource_deletion()
+            },
+            drop_on_nack: options.data_error_handling && server.fail_on_data_errors(),
+            timer_is_transient,
             node: bootstrap.node.clone(),
             types: HashMap::new(),
             deadlines: HashMap::new(),
             backoff,
-            dne_timeout: options.does_not_exist_timeout,
+            dne_timeout,
             validation: {
                 let mut v = options.validation;
                 v.certificate_providers = bootstrap.certificate_providers.keys().cloned().collect();
@@ -720,7 +752,14 @@ struct Actor {
     cmd_rx: mpsc::UnboundedReceiver<Cmd>,
     channel: Channel,
     server_uri: String,
-    ignore_deletion: bool,
+    /// An LDS/CDS resource left out of a response drops the cached one.
+    drop_on_deletion: bool,
+    /// A NACKed update drops the cached resource (A88's
+    /// fail_on_data_errors).
+    drop_on_nack: bool,
+    /// The resource timer reports a transient error (A88's
+    /// resource_timer_is_transient_error).
+    timer_is_transient: bool,
     node: envoy_types::pb::envoy::config::core::v3::Node,
     types: HashMap<ResourceKind, TypeState>,
     deadlines: HashMap<Key, Instant>,
@@ -871,7 +910,11 @@ impl Actor {
                 continue;
             }
             let s = e.tx.borrow();
-            let waiting = s.resource.is_none() && s.status != ResourceStatus::DoesNotExist;
+            let waiting = s.resource.is_none()
+                && !matches!(
+                    s.status,
+                    ResourceStatus::DoesNotExist | ResourceStatus::Timeout
+                );
             if waiting && !self.deadlines.contains_key(key) {
                 self.deadlines.insert(key.clone(), deadline);
             }
@@ -1008,17 +1051,34 @@ impl Actor {
         for key in due {
             self.deadlines.remove(&key);
             if let Some(e) = reg.entries.get(&key) {
-                let err = XdsError::DoesNotExist {
-                    kind: key.0,
-                    name: key.1.clone(),
-                    node_id: self.node.id.clone(),
+                // A88: with resource_timer_is_transient_error the timer
+                // reports a transient error, not a missing resource.
+                let (status, err) = if self.timer_is_transient {
+                    (
+                        ResourceStatus::Timeout,
+                        XdsError::Timeout {
+                            kind: key.0,
+                            name: key.1.clone(),
+                            server_uri: self.server_uri.clone(),
+                            node_id: self.node.id.clone(),
+                        },
+                    )
+                } else {
+                    (
+                        ResourceStatus::DoesNotExist,
+                        XdsError::DoesNotExist {
+                            kind: key.0,
+                            name: key.1.clone(),
+                            node_id: self.node.id.clone(),
+                        },
+                    )
                 };
                 let text = err.to_string();
                 let changed = e.tx.send_if_modified(|s| {
                     if s.resource.is_some() {
                         return false;
                     }
-                    s.status = ResourceStatus::DoesNotExist;
+                    s.status = status;
                     s.error = Some(err);
                     true
                 });
@@ -1139,6 +1199,7 @@ impl Actor {
                     .find(|(n, _)| n.as_deref() == Some(name.as_str()))
                 {
                     self.deadlines.remove(&key);
+                    let drop_on_nack = self.drop_on_nack;
                     e.tx.send_modify(|s| {
                         s.rejected = Some(Rejection {
                             at: now,
@@ -1154,18 +1215,33 @@ impl Actor {
                             version: version.clone(),
                             error: err.clone(),
                         });
+                        // A88's fail_on_data_errors: the cached resource goes.
+                        if drop_on_nack {
+                            s.resource = None;
+                            s.resource_version = None;
+                            s.raw = None;
+                        }
                     });
                     let _ = shared.events.send(key);
-                } else if kind.all_in_each_response() && !self.ignore_deletion {
-                    // Left out of a state-of-the-world LDS/CDS response: deleted.
+                } else if kind.all_in_each_response() {
+                    // Left out of a state-of-the-world LDS/CDS response:
+                    // deleted. C-core marks it does-not-exist and drops the
+                    // cached resource unless told to keep it
+                    // (ignore_resource_deletion; with A88, unless
+                    // fail_on_data_errors), then an ambient error.
                     let node_id = self.node.id.clone();
+                    let drop_cached = self.drop_on_deletion;
                     let changed = e.tx.send_if_modified(|s| {
-                        if s.resource.is_none() {
+                        if s.resource.is_none()
+                            || (!drop_cached && s.status == ResourceStatus::DoesNotExist)
+                        {
                             return false;
                         }
-                        s.resource = None;
-                        s.resource_version = None;
-                        s.raw = None;
+                        if drop_cached {
+                            s.resource = None;
+                            s.resource_version = None;
+                            s.raw = None;
+                        }
                         s.rejected = Some(Rejection {
                             at: now,
                             version: version.clone(),
@@ -1182,7 +1258,8 @@ impl Actor {
                     });
                     if changed {
                         log::warn!(
-                            "xDS: {kind} {name:?} does not exist: the server removed it in version {version:?}"
+                            "xDS: {kind} {name:?} does not exist: the server removed it in version {version:?}{}",
+                            if drop_cached { "" } else { "; the cached resource is kept" }
                         );
                         let _ = shared.events.send(key);
                     }

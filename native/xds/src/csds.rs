@@ -85,6 +85,7 @@ fn status(state: &ResourceState) -> ClientResourceStatus {
         ResourceStatus::Acked { .. } => ClientResourceStatus::Acked,
         ResourceStatus::Nacked { .. } => ClientResourceStatus::Nacked,
         ResourceStatus::DoesNotExist => ClientResourceStatus::DoesNotExist,
+        ResourceStatus::Timeout => ClientResourceStatus::Timeout,
     }
 }
 

@@ -39,6 +39,19 @@ pub enum XdsError {
         /// The node ID from the bootstrap.
         node_id: String,
     },
+    /// The server did not send the resource within the resource timer, and
+    /// its bootstrap entry has `resource_timer_is_transient_error` (gRFC
+    /// A88): a transient error, not a verdict on the resource.
+    Timeout {
+        /// Which kind of resource.
+        kind: ResourceKind,
+        /// Its name.
+        name: String,
+        /// The server's URI as written in the bootstrap.
+        server_uri: String,
+        /// The node ID from the bootstrap.
+        node_id: String,
+    },
 }
 
 impl fmt::Display for XdsError {
@@ -64,6 +77,16 @@ impl fmt::Display for XdsError {
             } => write!(
                 f,
                 "{} resource {name:?} does not exist (node ID:{node_id})",
+                kind.short_name()
+            ),
+            XdsError::Timeout {
+                kind,
+                name,
+                server_uri,
+                node_id,
+            } => write!(
+                f,
+                "timeout obtaining {} resource {name:?} from xDS server {server_uri} (node ID:{node_id})",
                 kind.short_name()
             ),
         }
