@@ -12,6 +12,8 @@ use http::HeaderMap;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
+use crate::channel::call::sleep_within;
+use crate::channel::config_selector::header_value;
 use crate::lb::random;
 use crate::xds::resource::fault::{
     code_of_number, AbortSource, DelaySource, FaultConfig, Fraction, ABORT_GRPC_STATUS_HEADER,
@@ -49,7 +51,7 @@ pub(crate) fn decide(config: &FaultConfig, headers: &HeaderMap) -> Injection {
             DelaySource::Header => {
                 // Milliseconds; anything but a number is no delay, a
                 // negative one too.
-                if let Some(v) = header(headers, DELAY_HEADER) {
+                if let Some(v) = header_value(headers, DELAY_HEADER) {
                     let ms = v.trim().parse::<i64>().unwrap_or(0).max(0);
                     delay = Duration::from_millis(ms as u64);
                 }
@@ -66,7 +68,7 @@ pub(crate) fn decide(config: &FaultConfig, headers: &HeaderMap) -> Injection {
             AbortSource::Header => {
                 // A value that is not a number aborts with UNKNOWN; a number
                 // outside 0..=16 does not abort (C-core).
-                if let Some(v) = header(headers, ABORT_GRPC_STATUS_HEADER) {
+                if let Some(v) = header_value(headers, ABORT_GRPC_STATUS_HEADER) {
                     abort = match v.trim().parse::<i64>() {
                         Ok(n) => code_of_number(n).filter(|c| *c != Code::Ok),
                         Err(_) => Some(Code::Unknown),
@@ -89,23 +91,10 @@ pub(crate) fn decide(config: &FaultConfig, headers: &HeaderMap) -> Injection {
     }
 }
 
-/// The call's value of `name`, repeated values joined with `,` as gRPC
-/// joins them (so that two values read as no number).
-fn header(headers: &HeaderMap, name: &str) -> Option<String> {
-    let mut values = headers.get_all(name).iter();
-    let first = values.next()?;
-    let mut out = String::from_utf8_lossy(first.as_bytes()).into_owned();
-    for v in values {
-        out.push(',');
-        out.push_str(&String::from_utf8_lossy(v.as_bytes()));
-    }
-    Some(out)
-}
-
 /// A percentage header lowers the configured numerator, never raises it;
 /// one that is not a number leaves it.
 fn lower(share: &mut Fraction, headers: &HeaderMap, name: &str) {
-    if let Some(v) = header(headers, name) {
+    if let Some(v) = header_value(headers, name) {
         let n = v.trim().parse::<u32>().unwrap_or(u32::MAX);
         share.numerator = share.numerator.min(n);
     }
@@ -153,16 +142,7 @@ impl Injection {
         if !self.delay.is_zero() && below_limit() {
             gauge.fetch_add(1, Ordering::Relaxed);
             let _active = ActiveFault(gauge);
-            let until = Instant::now() + self.delay;
-            match deadline {
-                Some(d) if d < until => {
-                    tokio::time::sleep_until(d).await;
-                    return Err(Status::deadline_exceeded(
-                        "deadline exceeded during an injected delay",
-                    ));
-                }
-                _ => tokio::time::sleep_until(until).await,
-            }
+            sleep_within(self.delay, deadline, "during an injected delay").await?;
             if let Some(code) = self.abort {
                 return Err(Status::new(code, ABORT_MESSAGE));
             }

@@ -13,17 +13,9 @@
 use envoy_types::pb::envoy::config::route::v3 as rpb;
 use envoy_types::pb::google::protobuf as pb;
 use serde::Deserialize;
+use tether_xds::resource::retry::RETRY_ON;
 
 use crate::model::{DurationField, ModelError};
-
-/// The conditions gRPC clients retry on (A44): gRPC status names.
-pub const GRPC_RETRY_ON: [&str; 5] = [
-    "cancelled",
-    "deadline-exceeded",
-    "internal",
-    "resource-exhausted",
-    "unavailable",
-];
 
 /// Envoy's other `retry_on` conditions (accepted, used by Envoy only).
 pub const ENVOY_RETRY_ON: [&str; 11] = [
@@ -85,7 +77,8 @@ impl RetryPolicySpec {
             ));
         }
         for (i, c) in self.retry_on.iter().enumerate() {
-            if !GRPC_RETRY_ON.contains(&c.as_str()) && !ENVOY_RETRY_ON.contains(&c.as_str()) {
+            let grpc = RETRY_ON.iter().any(|(name, _)| name == c);
+            if !grpc && !ENVOY_RETRY_ON.contains(&c.as_str()) {
                 return Err(ModelError::invalid(
                     format!("{at}.retryOn[{i}]"),
                     c,

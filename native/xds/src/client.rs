@@ -392,8 +392,11 @@ impl Pooled {
 /// Every XdsClient of the process.
 static POOL: Mutex<Vec<Pooled>> = Mutex::new(Vec::new());
 
+/// The pool, without the clients that stopped.
 fn pool() -> MutexGuard<'static, Vec<Pooled>> {
-    POOL.lock().unwrap_or_else(|p| p.into_inner())
+    let mut pool = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    pool.retain(|p| p.client().is_some());
+    pool
 }
 
 /// An xDS client talking to the bootstrap's first server. Cheap to clone;
@@ -452,8 +455,7 @@ impl XdsClient {
         options: ClientOptions,
         target: Option<String>,
     ) -> Result<Self, BootstrapError> {
-        let mut pool = pool();
-        pool.retain(|p| p.client().is_some());
+        let pool = pool();
         let found = pool.iter().find(|p| {
             p.key
                 .as_ref()
@@ -476,8 +478,7 @@ impl XdsClient {
     /// Every XdsClient of the process that is still in use (shared or
     /// not), in the order they started: what a CSDS service reports.
     pub fn all() -> Vec<XdsClient> {
-        let mut pool = pool();
-        pool.retain(|p| p.client().is_some());
+        let pool = pool();
         pool.iter().filter_map(Pooled::client).collect()
     }
 
@@ -572,7 +573,6 @@ impl XdsClient {
             _stopper: Arc::new(Stopper(handle.abort_handle())),
         };
         let mut pool = pool();
-        pool.retain(|p| p.client().is_some());
         pool.push(Pooled {
             key,
             shared: Arc::downgrade(&client.shared),

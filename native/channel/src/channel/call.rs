@@ -61,22 +61,32 @@ pub(crate) async fn call(inner: Arc<Inner>, request: http::Request<Body>) -> htt
     response
 }
 
-/// Waits `delay` before a retry, failing the call if its deadline comes
-/// first.
-async fn backoff(delay: Duration, deadline: Option<Instant>) -> Result<(), Status> {
+/// Waits `delay` (a retry's backoff, an injected fault), failing the call
+/// with DEADLINE_EXCEEDED ("deadline exceeded {what}") if its deadline
+/// comes first.
+pub(crate) async fn sleep_within(
+    delay: Duration,
+    deadline: Option<Instant>,
+    what: &str,
+) -> Result<(), Status> {
     let until = Instant::now() + delay;
     match deadline {
         Some(d) if d <= until => {
             tokio::time::sleep_until(d).await;
-            Err(Status::deadline_exceeded(
-                "deadline exceeded while waiting to retry",
-            ))
+            Err(Status::deadline_exceeded(format!(
+                "deadline exceeded {what}"
+            )))
         }
         _ => {
             tokio::time::sleep_until(until).await;
             Ok(())
         }
     }
+}
+
+/// Waits a retry's backoff within the call's deadline.
+async fn backoff(delay: Duration, deadline: Option<Instant>) -> Result<(), Status> {
+    sleep_within(delay, deadline, "while waiting to retry").await
 }
 
 /// A call's configured retries (A6, A44): how many attempts it made and

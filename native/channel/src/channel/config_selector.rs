@@ -667,7 +667,7 @@ pub fn route_matches(m: &RouteMatcher, path: &str, headers: &HeaderMap) -> bool 
 
 /// A header's value as gRPC matches it: repeated values joined with `,`;
 /// binary (`-bin`) headers are never seen.
-fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(crate) fn header_value(headers: &HeaderMap, name: &str) -> Option<String> {
     if name.ends_with("-bin") {
         return None;
     }
