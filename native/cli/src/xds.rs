@@ -316,6 +316,7 @@ fn entry(name: &str, s: &ResourceState) -> Value {
         ResourceStatus::Nacked { .. } => "nacked",
         ResourceStatus::DoesNotExist => "does_not_exist",
         ResourceStatus::Timeout => "timeout",
+        ResourceStatus::ReceivedError { .. } => "received_error",
         _ => "unknown",
     };
     m.insert("status".into(), json!(status));

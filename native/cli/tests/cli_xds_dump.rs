@@ -1207,26 +1207,45 @@ async fn data_errors_as_c_core_handles_them_with_and_without_a88() {
             Err(s) => format!("{:?}", s.code()).to_uppercase(),
         }
     }
-    /// A node's resources in a CSDS document: "type name" -> (status, has resource).
-    fn look(doc: &Value, node: &str) -> std::collections::BTreeMap<String, (String, bool)> {
+    /// A node's resources in a CSDS document, each as "type name" and its entry.
+    fn resources<'a>(doc: &'a Value, node: &'a str) -> impl Iterator<Item = (String, &'a Value)> {
         doc["clients"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|c| c["node_id"] == node)
+            .filter(move |c| c["node_id"] == node)
             .flat_map(|c| c["resources"].as_array().unwrap().iter())
             .map(|r| {
+                let key = format!(
+                    "{} {}",
+                    r["type"].as_str().unwrap(),
+                    r["name"].as_str().unwrap()
+                );
+                (key, r)
+            })
+    }
+    /// A node's resources: "type name" -> (status, has resource).
+    fn look(doc: &Value, node: &str) -> std::collections::BTreeMap<String, (String, bool)> {
+        resources(doc, node)
+            .map(|(k, r)| {
                 (
-                    format!(
-                        "{} {}",
-                        r["type"].as_str().unwrap(),
-                        r["name"].as_str().unwrap()
-                    ),
+                    k,
                     (
                         r["status"].as_str().unwrap().to_owned(),
                         !r["resource"].is_null(),
                     ),
                 )
+            })
+            .collect()
+    }
+    /// A node's resources the server reported an error for: "type name" ->
+    /// (the response's version, the server's message).
+    fn reported(doc: &Value, node: &str) -> std::collections::BTreeMap<String, (Value, Value)> {
+        resources(doc, node)
+            .filter(|(_, r)| r["status"] == "received_error")
+            .map(|(k, r)| {
+                let e = &r["error"];
+                (k, (e["rejected_version"].clone(), e["details"].clone()))
             })
             .collect()
     }
@@ -1257,6 +1276,11 @@ async fn data_errors_as_c_core_handles_them_with_and_without_a88() {
                 "{label} / {name}: calls"
             );
             assert_eq!(my_view, their_view, "{label} / {name}: CSDS");
+            assert_eq!(
+                reported(&doc, name),
+                reported(&their_doc, name),
+                "{label} / {name}: reported errors"
+            );
         }
     }
     stage("before", &ours, &mut theirs, &csds_addr, target).await;
@@ -1272,6 +1296,45 @@ async fn data_errors_as_c_core_handles_them_with_and_without_a88() {
     f.set_resources(CDS, vec![pack(&bad)]);
     f.push(CDS);
     stage("cluster NACKed", &ours, &mut theirs, &csds_addr, target).await;
+    f.set_resources(CDS, vec![pack(&make::cluster("good"))]);
+    f.push(CDS);
+    stage("cluster fixed", &ours, &mut theirs, &csds_addr, target).await;
+    // xRFC TP3: the server leaves the cluster out and reports NOT_FOUND for
+    // it (and for a cluster nobody asked for). Without A88 the errors are
+    // not read and this is a deletion; with A88 an error beside the cached
+    // cluster, which fail_on_data_errors drops.
+    f.set_resources(CDS, vec![]);
+    f.set_errors(
+        CDS,
+        &[
+            ("good", 5, "withdrawn for now"),
+            ("unasked", 5, "never there"),
+        ],
+    );
+    f.push(CDS);
+    stage(
+        "cluster reported NOT_FOUND",
+        &ours,
+        &mut theirs,
+        &csds_addr,
+        target,
+    )
+    .await;
+    // UNAVAILABLE for the route: kept everywhere, RECEIVED_ERROR with A88.
+    f.set_resources(CDS, vec![pack(&make::cluster("good"))]);
+    f.set_errors(CDS, &[]);
+    f.push(CDS);
+    f.set_errors(RDS, &[("routes", 14, "route store is down")]);
+    f.push(RDS);
+    stage(
+        "route reported UNAVAILABLE",
+        &ours,
+        &mut theirs,
+        &csds_addr,
+        target,
+    )
+    .await;
+    f.set_errors(RDS, &[]);
     // The listener removed.
     f.set_resources(LDS, vec![]);
     f.push(LDS);

@@ -65,6 +65,19 @@ pub enum ResourceStatus {
     /// Not sent within the resource timer of a server with
     /// `resource_timer_is_transient_error` (gRFC A88): CSDS `TIMEOUT`.
     Timeout,
+    /// The server reported an error for it in the response's
+    /// `resource_errors` (xRFC TP3, read with gRFC A88): CSDS
+    /// `RECEIVED_ERROR`. `resource` keeps the cached one unless the server
+    /// has `fail_on_data_errors` and the code is `NOT_FOUND` or
+    /// `PERMISSION_DENIED`.
+    ReceivedError {
+        /// The response's `version_info`.
+        version: String,
+        /// The status the server reported.
+        code: tonic::Code,
+        /// Its message.
+        message: String,
+    },
 }
 
 /// Everything a watcher knows about one resource.
@@ -96,8 +109,9 @@ pub struct Rejection {
     pub at: SystemTime,
     /// The response's version.
     pub version: String,
-    /// Why it failed: the NACK's reason, or `does not exist` (C-core's
-    /// words for a resource the server removed).
+    /// Why it failed: the NACK's reason, `does not exist` (C-core's words
+    /// for a resource the server removed), or the message of an error the
+    /// server reported.
     pub details: String,
     /// What the server sent, for a NACK.
     pub raw: Option<Arc<Any>>,
@@ -114,6 +128,16 @@ impl ResourceState {
             updated: None,
             rejected: None,
         }
+    }
+
+    /// Records a failed update, dropping the cached resource if asked.
+    fn fail(&mut self, rejection: Rejection, drop_cached: bool) {
+        if drop_cached {
+            self.resource = None;
+            self.resource_version = None;
+            self.raw = None;
+        }
+        self.rejected = Some(rejection);
     }
 
     /// Whether the error is ambient (a resource is cached beside it).
@@ -550,6 +574,9 @@ impl XdsClient {
             },
             drop_on_nack: options.data_error_handling && server.fail_on_data_errors(),
             timer_is_transient,
+            // C-core reads resource_errors only with A88 on.
+            read_resource_errors: options.data_error_handling,
+            fail_on_data_errors: server.fail_on_data_errors(),
             node: bootstrap.node.clone(),
             types: HashMap::new(),
             deadlines: HashMap::new(),
@@ -760,6 +787,10 @@ struct Actor {
     /// The resource timer reports a transient error (A88's
     /// resource_timer_is_transient_error).
     timer_is_transient: bool,
+    /// A88 is on: the response's `resource_errors` are read.
+    read_resource_errors: bool,
+    /// The server has `fail_on_data_errors`.
+    fail_on_data_errors: bool,
     node: envoy_types::pb::envoy::config::core::v3::Node,
     types: HashMap<ResourceKind, TypeState>,
     deadlines: HashMap<Key, Instant>,
@@ -1154,18 +1185,111 @@ impl Actor {
                 }
             }
         }
+        // Errors the server reports per resource (xRFC TP3). A malformed
+        // entry is a data error: it NACKs the response, as in C-core.
+        let mut reported: HashMap<String, (tonic::Code, String)> = HashMap::new();
+        if self.read_resource_errors {
+            for (i, re) in resp.resource_errors.iter().enumerate() {
+                let name = re
+                    .resource_name
+                    .as_ref()
+                    .map(|n| n.name.clone())
+                    .unwrap_or_default();
+                let code = re.error_detail.as_ref().map_or(0, |d| d.code);
+                let problem = if name.is_empty() {
+                    Some(("resource_name", "unset".to_owned()))
+                } else if code == 0 {
+                    Some(("error_detail", "must be non-OK".to_owned()))
+                } else {
+                    None
+                };
+                if let Some((field, problem)) = problem {
+                    invalid.push((
+                        None,
+                        ValidationError {
+                            kind,
+                            name: name.clone(),
+                            errors: vec![resource::FieldError {
+                                field: format!("resource_errors[{i}].{field}"),
+                                value: format!("{name:?}"),
+                                problem,
+                            }],
+                        },
+                    ));
+                    continue;
+                }
+                let message = re
+                    .error_detail
+                    .as_ref()
+                    .map(|d| d.message.clone())
+                    .unwrap_or_default();
+                reported.insert(name, (tonic::Code::from_i32(code), message));
+            }
+        }
         let version = resp.version_info.clone();
         for (_, e) in &invalid {
             log::warn!("xDS: NACK of version {version:?}: {e}");
         }
+        // Valid resources this client subscribes to (C-core's count).
+        let mut num_valid = 0;
         {
             let reg = shared.lock();
             for ((k, name), e) in &reg.entries {
                 if *k != kind {
                     continue;
                 }
+                if valid.contains_key(name) {
+                    num_valid += 1;
+                }
                 let key = (*k, name.clone());
-                if let Some((r, any)) = valid.get(name) {
+                if let Some((code, message)) = reported.get(name) {
+                    // Applied after the resource itself (C-core reads
+                    // resource_errors last); it counts as seen, so a
+                    // state-of-the-world response does not delete it.
+                    self.deadlines.remove(&key);
+                    if let Some((r, any)) = valid.get(name) {
+                        e.tx.send_modify(|s| {
+                            s.resource = Some(r.clone());
+                            s.resource_version = Some(version.clone());
+                            s.raw = Some(Arc::new((*any).clone()));
+                            s.updated = Some(now);
+                        });
+                    }
+                    // fail_on_data_errors drops the cached resource for
+                    // the two codes that say it is gone.
+                    let drop_cached = self.fail_on_data_errors
+                        && matches!(code, tonic::Code::NotFound | tonic::Code::PermissionDenied);
+                    let node_id = self.node.id.clone();
+                    e.tx.send_modify(|s| {
+                        s.fail(
+                            Rejection {
+                                at: now,
+                                version: version.clone(),
+                                details: message.clone(),
+                                raw: None,
+                            },
+                            drop_cached,
+                        );
+                        s.status = ResourceStatus::ReceivedError {
+                            version: version.clone(),
+                            code: *code,
+                            message: message.clone(),
+                        };
+                        s.error = Some(XdsError::ReceivedError {
+                            kind,
+                            name: name.clone(),
+                            code: *code,
+                            message: message.clone(),
+                            node_id,
+                        });
+                    });
+                    log::warn!(
+                        "xDS: the server reports {kind} {name:?} in version {version:?}: {}: {message}{}",
+                        code_name(*code),
+                        if drop_cached { "; the cached resource is dropped" } else { "" }
+                    );
+                    let _ = shared.events.send(key);
+                } else if let Some((r, any)) = valid.get(name) {
                     self.deadlines.remove(&key);
                     let status = ResourceStatus::Acked {
                         version: version.clone(),
@@ -1201,12 +1325,16 @@ impl Actor {
                     self.deadlines.remove(&key);
                     let drop_on_nack = self.drop_on_nack;
                     e.tx.send_modify(|s| {
-                        s.rejected = Some(Rejection {
-                            at: now,
-                            version: version.clone(),
-                            details: err.to_string(),
-                            raw: raw_invalid.get(name).map(|a| Arc::new((*a).clone())),
-                        });
+                        // A88's fail_on_data_errors: the cached resource goes.
+                        s.fail(
+                            Rejection {
+                                at: now,
+                                version: version.clone(),
+                                details: err.to_string(),
+                                raw: raw_invalid.get(name).map(|a| Arc::new((*a).clone())),
+                            },
+                            drop_on_nack,
+                        );
                         s.status = ResourceStatus::Nacked {
                             version: version.clone(),
                             error: err.clone(),
@@ -1215,12 +1343,6 @@ impl Actor {
                             version: version.clone(),
                             error: err.clone(),
                         });
-                        // A88's fail_on_data_errors: the cached resource goes.
-                        if drop_on_nack {
-                            s.resource = None;
-                            s.resource_version = None;
-                            s.raw = None;
-                        }
                     });
                     let _ = shared.events.send(key);
                 } else if kind.all_in_each_response() {
@@ -1237,17 +1359,15 @@ impl Actor {
                         {
                             return false;
                         }
-                        if drop_cached {
-                            s.resource = None;
-                            s.resource_version = None;
-                            s.raw = None;
-                        }
-                        s.rejected = Some(Rejection {
-                            at: now,
-                            version: version.clone(),
-                            details: "does not exist".into(),
-                            raw: None,
-                        });
+                        s.fail(
+                            Rejection {
+                                at: now,
+                                version: version.clone(),
+                                details: "does not exist".into(),
+                                raw: None,
+                            },
+                            drop_cached,
+                        );
                         s.status = ResourceStatus::DoesNotExist;
                         s.error = Some(XdsError::DoesNotExist {
                             kind,
@@ -1268,8 +1388,12 @@ impl Actor {
         }
         let ts = self.types.entry(kind).or_default();
         ts.nonce = resp.nonce.clone();
-        let error_detail = if invalid.is_empty() {
+        // C-core takes the response's version when any resource in it was
+        // valid, so even its NACK of a partly valid response carries it.
+        if num_valid > 0 || invalid.is_empty() {
             ts.version = version;
+        }
+        let error_detail = if invalid.is_empty() {
             None
         } else {
             let message = invalid

@@ -86,6 +86,7 @@ fn status(state: &ResourceState) -> ClientResourceStatus {
         ResourceStatus::Nacked { .. } => ClientResourceStatus::Nacked,
         ResourceStatus::DoesNotExist => ClientResourceStatus::DoesNotExist,
         ResourceStatus::Timeout => ClientResourceStatus::Timeout,
+        ResourceStatus::ReceivedError { .. } => ClientResourceStatus::ReceivedError,
     }
 }
 

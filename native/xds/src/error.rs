@@ -52,6 +52,20 @@ pub enum XdsError {
         /// The node ID from the bootstrap.
         node_id: String,
     },
+    /// The server reported an error for the resource in the response's
+    /// `resource_errors` (xRFC TP3, gRFC A88).
+    ReceivedError {
+        /// Which kind of resource.
+        kind: ResourceKind,
+        /// Its name.
+        name: String,
+        /// The status the server reported.
+        code: tonic::Code,
+        /// Its message.
+        message: String,
+        /// The node ID from the bootstrap.
+        node_id: String,
+    },
 }
 
 impl fmt::Display for XdsError {
@@ -88,6 +102,18 @@ impl fmt::Display for XdsError {
                 f,
                 "timeout obtaining {} resource {name:?} from xDS server {server_uri} (node ID:{node_id})",
                 kind.short_name()
+            ),
+            XdsError::ReceivedError {
+                kind,
+                name,
+                code,
+                message,
+                node_id,
+            } => write!(
+                f,
+                "{} resource {name:?}: the xDS server reported {}: {message} (node ID:{node_id})",
+                kind.short_name(),
+                code_name(*code)
             ),
         }
     }

@@ -88,12 +88,13 @@ async fn ack_and_nack_carry_version_and_nonce_and_valid_resources_are_kept() {
     );
     assert!(matches!(b.error, Some(XdsError::Nacked { .. })));
     assert!(b.resource.is_none());
-    // The NACK: previous version (none yet), the response's nonce, the error.
+    // The NACK: the response's nonce and the error, and (as C-core sends
+    // it) the response's version, since a resource in it was accepted.
     let nack = request_matching(&f, |r| {
         r.request.type_url == CDS && r.request.error_detail.is_some()
     })
     .await;
-    assert_eq!(nack.request.version_info, "");
+    assert_eq!(nack.request.version_info, v1);
     assert_ne!(nack.request.response_nonce, "");
     let detail = nack.request.error_detail.unwrap();
     assert!(
@@ -133,6 +134,25 @@ async fn ack_and_nack_carry_version_and_nonce_and_valid_resources_are_kept() {
     .await;
     assert!(b.resource.is_none());
     assert!(good.current().resource.is_some());
+    let v3 = f.version().to_string();
+
+    // A response with nothing valid in it is NACKed with the last accepted
+    // version.
+    bad.lb_config = Some(cpb::cluster::LbConfig::RingHashLbConfig(
+        cpb::cluster::RingHashLbConfig {
+            minimum_ring_size: Some(envoy_types::pb::google::protobuf::UInt64Value { value: 0 }),
+            ..Default::default()
+        },
+    ));
+    f.set_resources(CDS, vec![pack(&bad)]);
+    f.push(CDS);
+    let nack = request_matching(&f, |r| {
+        r.request.type_url == CDS
+            && r.request.error_detail.is_some()
+            && r.request.response_nonce != nack.request.response_nonce
+    })
+    .await;
+    assert_eq!(nack.request.version_info, v3);
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
         AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
     },
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
+    ResourceError, ResourceName,
 };
 use envoy_types::pb::google::protobuf::Any;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -122,6 +123,8 @@ pub struct Received {
 struct State {
     mode: Option<Mode>,
     resources: HashMap<String, Vec<Any>>,
+    /// Per-resource errors (xRFC TP3) sent with each response of a type.
+    errors: HashMap<String, Vec<ResourceError>>,
     version: u64,
     requests: Vec<Received>,
     streams: Vec<Instant>,
@@ -243,6 +246,29 @@ impl Fixture {
         s.version += 1;
     }
 
+    /// Sets the per-resource errors (xRFC TP3) sent with a type's responses:
+    /// (resource name, gRPC code, message); bumps the version.
+    #[allow(dead_code)]
+    pub fn set_errors(&self, type_url: &str, errors: &[(&str, i32, &str)]) {
+        let mut s = self.state.lock().unwrap();
+        let errors = errors
+            .iter()
+            .map(|(name, code, message)| ResourceError {
+                resource_name: Some(ResourceName {
+                    name: (*name).to_owned(),
+                    ..Default::default()
+                }),
+                error_detail: Some(envoy_types::pb::google::rpc::Status {
+                    code: *code,
+                    message: (*message).to_owned(),
+                    details: Vec::new(),
+                }),
+            })
+            .collect();
+        s.errors.insert(type_url.to_owned(), errors);
+        s.version += 1;
+    }
+
     /// Sends the current resources of a type on every open stream.
     pub fn push(&self, type_url: &str) {
         let mut s = self.state.lock().unwrap();
@@ -286,6 +312,7 @@ impl State {
         DiscoveryResponse {
             version_info: self.version.to_string(),
             resources,
+            resource_errors: self.errors.get(type_url).cloned().unwrap_or_default(),
             type_url: type_url.to_owned(),
             nonce: self.nonce.to_string(),
             ..Default::default()
