@@ -124,6 +124,13 @@ pub fn push_text(out: &mut Vec<u8>, addr: &SocketAddr) {
     write_text(out, addr);
 }
 
+/// `ip:port` (IPv6 in brackets), as every peer writes an endpoint.
+pub fn to_text(addr: &SocketAddr) -> String {
+    let mut out = String::with_capacity(24);
+    write_text(&mut out, addr);
+    out
+}
+
 fn write_text(out: &mut impl TextOut, addr: &SocketAddr) {
     match addr {
         SocketAddr::V4(a) => {

@@ -306,7 +306,8 @@ impl Session {
                     .map(Emit::SetCookie)
             }
             SessionMode::Header { name } => {
-                let value = cookie::encode(&cookie, format, self.config.keys.signer()).ok()?;
+                let value =
+                    cookie::encode_header(&cookie, format, self.config.keys.signer()).ok()?;
                 Some(Emit::Header {
                     name: name.clone(),
                     value,

@@ -135,3 +135,26 @@ fn path_vectors() {
         );
     }
 }
+
+#[test]
+fn readers_vectors() {
+    use tether_core::cookie::readers::{read, Reader, Reading};
+    let all = list(&vectors()["readers"], "cases");
+    assert!(all.len() >= 5);
+    for v in all {
+        let name = v["name"].as_str().unwrap();
+        let value = v["value"].as_str().unwrap();
+        let now = v["now"].as_u64().unwrap();
+        let reads = v["reads"].as_object().unwrap();
+        for reader in Reader::ALL {
+            let Some(expect) = reads.get(reader.as_str()) else {
+                continue;
+            };
+            let got = match read(reader, value, now) {
+                Reading::Pins(list) => serde_json::json!(list),
+                Reading::NoSession(miss) => serde_json::json!(miss.code()),
+            };
+            assert_eq!(&got, expect, "{name}: {reader}");
+        }
+    }
+}

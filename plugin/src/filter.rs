@@ -393,7 +393,7 @@ pub fn override_value(addresses: &AddressList, encoding: OverrideEncoding) -> Op
         // exactly tether's legacy cookie value.
         OverrideEncoding::SessionHeader => {
             let one = SessionCookie::new(AddressList::one(addresses.primary()));
-            cookie::encode(&one, Format::Legacy, None).ok()
+            cookie::encode_header(&one, Format::Legacy, None).ok()
         }
     }
 }

@@ -243,6 +243,11 @@ impl Backend<Dual> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind backend");
+        Self::start_on(name, listener)
+    }
+
+    /// Starts a backend called `name` on `listener`.
+    pub fn start_on(name: &str, listener: tokio::net::TcpListener) -> DualBackend {
         let addr = listener.local_addr().expect("backend addr");
         let hits = Arc::new(AtomicU64::new(0));
         let service = DualService::new(name, addr, hits.clone());

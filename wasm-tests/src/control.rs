@@ -25,6 +25,15 @@ pub struct Control {
     tasks: Vec<JoinHandle<()>>,
 }
 
+/// A tether-control file's `endpoints:` list for `addrs`, indented for a
+/// service's `endpoints` key (six spaces).
+pub fn endpoints_yaml(addrs: &[SocketAddr]) -> String {
+    addrs
+        .iter()
+        .map(|a| format!("      - address: {a}\n"))
+        .collect()
+}
+
 impl Control {
     /// Writes `yaml` to a private file and serves it over ADS on a free
     /// 127.0.0.1 port; fails with tether-control's message when the file is

@@ -104,10 +104,7 @@ pub fn config(
         .iter()
         .filter_map(|(a, h)| h.map(|h| format!("      - address: {a}\n        health: {h}\n")))
         .collect();
-    let catalog: String = catalog
-        .iter()
-        .map(|a| format!("      - address: {a}\n"))
-        .collect();
+    let catalog = crate::control::endpoints_yaml(catalog);
     CONFIG
         .replace("@LISTEN@", &listen.to_string())
         .replace("@PLUGIN@", plugin)

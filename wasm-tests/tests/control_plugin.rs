@@ -16,10 +16,7 @@ use tether_wasm_tests::scenario::{
 };
 
 fn config(listen: u16, backends: &[SocketAddr]) -> String {
-    let endpoints: String = backends
-        .iter()
-        .map(|a| format!("      - address: {a}\n"))
-        .collect();
+    let endpoints = tether_wasm_tests::control::endpoints_yaml(backends);
     format!(
         r#"listener:
   port: {listen}

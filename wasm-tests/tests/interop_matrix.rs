@@ -45,7 +45,9 @@ use tether_testkit::envoy::Envoy;
 use tether_testkit::grpc::{DualBackend, EchoClient, EchoRequest};
 use tether_testkit::grpcio;
 use tether_wasm_tests::control::Control;
-use tether_wasm_tests::scenario::{minted, plugin_path, session_cookies, start_envoy, Minted};
+use tether_wasm_tests::scenario::{
+    backend_on_loopback, minted, plugin_path, session_cookies, start_envoy, Minted,
+};
 use tokio::runtime::Runtime;
 use tokio::sync::OnceCell;
 
@@ -65,10 +67,7 @@ const IGNORED_CALLS: usize = 9;
 /// routes whose plugin writes that format (the default route writes
 /// `envoy`). Proxyless clients take the default route.
 fn config(native_port: u16, plugin_port: u16, backends: &[SocketAddr]) -> String {
-    let endpoints: String = backends
-        .iter()
-        .map(|a| format!("      - address: {a}\n"))
-        .collect();
+    let endpoints = tether_wasm_tests::control::endpoints_yaml(backends);
     let session = |format: &str| {
         format!(
             "        loadBalancerPolicy:\n          strategy: Session\n          session:\n            cookie: {{ name: global-session-cookie, path: /, ttl: 600s }}\n{format}"
@@ -177,8 +176,10 @@ async fn stage() -> &'static Stage {
 
 async fn start() -> Stage {
     let mut backends = Vec::new();
+    // Every backend at an address whose plain `legacy` text stock Envoy
+    // misreads, so that the `legacy` cells always meet one.
     for i in 1..=3 {
-        backends.push(DualBackend::start(&format!("backend-{i}")).await);
+        backends.push(backend_on_loopback(&format!("backend-{i}"), true).await);
     }
     let addrs: Vec<SocketAddr> = backends.iter().map(DualBackend::addr).collect();
     let (native_port, plugin_port) = (tether_testkit::free_port(), tether_testkit::free_port());

@@ -30,7 +30,7 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(SessionCookie, Format, Option<Mac>)
             100 => cluster = r.string(wire)?,
             101 => extra.push(r.string(wire)?),
             102 => mac = r.bytes(wire)?,
-            _ => r.skip(field, wire, RECURSION_LIMIT)?,
+            _ => r.skip(field, wire)?,
         }
     }
     if address.is_empty() {
@@ -59,18 +59,28 @@ pub(super) fn parse(bytes: &[u8]) -> Result<(SessionCookie, Format, Option<Mac>)
 const RECURSION_LIMIT: u32 = 100;
 
 /// Protobuf wire types.
-const VARINT: u8 = 0;
+pub(super) const VARINT: u8 = 0;
 const FIXED64: u8 = 1;
-const LENGTH_DELIMITED: u8 = 2;
+pub(super) const LENGTH_DELIMITED: u8 = 2;
 const START_GROUP: u8 = 3;
 const END_GROUP: u8 = 4;
 const FIXED32: u8 = 5;
 
 /// The unread rest of a protobuf message. Every malformed input is
 /// [`DecodeError::Proto`], wherever prost fails on it.
-struct Reader<'a>(&'a [u8]);
+pub(super) struct Reader<'a>(&'a [u8]);
 
 impl<'a> Reader<'a> {
+    /// A reader of `bytes`.
+    pub(super) fn new(bytes: &'a [u8]) -> Self {
+        Reader(bytes)
+    }
+
+    /// Whether everything was read.
+    pub(super) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// A base-128 varint of at most ten bytes, the tenth at most 1.
     fn varint(&mut self) -> Result<u64, DecodeError> {
         let mut value = 0u64;
@@ -88,7 +98,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A field key: its number (at least 1) and a known wire type.
-    fn key(&mut self) -> Result<(u32, u8), DecodeError> {
+    pub(super) fn key(&mut self) -> Result<(u32, u8), DecodeError> {
         let key = u32::try_from(self.varint()?).map_err(|_| DecodeError::Proto)?;
         let wire = (key & 7) as u8;
         let field = key >> 3;
@@ -116,21 +126,26 @@ impl<'a> Reader<'a> {
     }
 
     /// A `string` field's value, which must be UTF-8.
-    fn string(&mut self, wire: u8) -> Result<&'a str, DecodeError> {
+    pub(super) fn string(&mut self, wire: u8) -> Result<&'a str, DecodeError> {
         let bytes = self.bytes(wire)?;
         core::str::from_utf8(bytes).map_err(|_| DecodeError::Proto)
     }
 
     /// A `uint64` field's value.
-    fn uint64(&mut self, wire: u8) -> Result<u64, DecodeError> {
+    pub(super) fn uint64(&mut self, wire: u8) -> Result<u64, DecodeError> {
         if wire != VARINT {
             return Err(DecodeError::Proto);
         }
         self.varint()
     }
 
+    /// Skips an unknown field.
+    pub(super) fn skip(&mut self, field: u32, wire: u8) -> Result<(), DecodeError> {
+        self.skip_within(field, wire, RECURSION_LIMIT)
+    }
+
     /// Skips an unknown field; groups nest at most `depth` deep.
-    fn skip(&mut self, field: u32, wire: u8, depth: u32) -> Result<(), DecodeError> {
+    fn skip_within(&mut self, field: u32, wire: u8, depth: u32) -> Result<(), DecodeError> {
         if depth == 0 {
             return Err(DecodeError::Proto);
         }
@@ -147,7 +162,7 @@ impl<'a> Reader<'a> {
                     }
                     break 0;
                 }
-                self.skip(inner, inner_wire, depth - 1)?;
+                self.skip_within(inner, inner_wire, depth - 1)?;
             },
             _ => return Err(DecodeError::Proto), // an end-group without its start
         };

@@ -27,6 +27,7 @@
 
 mod decode64;
 mod envoy;
+pub mod readers;
 pub mod signed;
 mod text;
 
@@ -303,6 +304,12 @@ pub fn decode(value: &str, keys: &KeyRing) -> Result<Decoded, DecodeError> {
     let (cookie, format, mac) = if let Some(text) = text::as_text(bytes) {
         let (cookie, format) = text::parse(text)?;
         (cookie, format, None)
+    } else if let Some(addr) = readers::guarded_address(bytes) {
+        (
+            SessionCookie::new(AddressList::one(addr)),
+            Format::Legacy,
+            None,
+        )
     } else {
         envoy::parse(bytes)?
     };
@@ -319,13 +326,46 @@ pub fn decode(value: &str, keys: &KeyRing) -> Result<Decoded, DecodeError> {
     })
 }
 
-/// Encodes `cookie` as a base64 value in `format`, signed with `signer` when
-/// given. Fails when the format cannot carry part of the cookie.
+/// Encodes `cookie` as a base64 cookie value in `format`, signed with
+/// `signer` when given. Fails when the format cannot carry part of the
+/// cookie. A `legacy` address whose plain text stock Envoy's cookie reader
+/// would take for a protobuf is written in the guarded form every cookie
+/// reader takes (see [`readers`]).
 pub fn encode(
     cookie: &SessionCookie,
     format: Format,
     signer: Option<&Key>,
 ) -> Result<String, EncodeError> {
+    encode_for(cookie, format, signer, true)
+}
+
+/// [`encode`] for a header value (a session header, Envoy's header session
+/// state): `legacy` is always the plain text, which header readers take as
+/// it is.
+pub fn encode_header(
+    cookie: &SessionCookie,
+    format: Format,
+    signer: Option<&Key>,
+) -> Result<String, EncodeError> {
+    encode_for(cookie, format, signer, false)
+}
+
+fn encode_for(
+    cookie: &SessionCookie,
+    format: Format,
+    signer: Option<&Key>,
+    guard: bool,
+) -> Result<String, EncodeError> {
+    check(cookie, format, signer)?;
+    Ok(match format {
+        Format::Envoy => BASE64.encode(envoy::to_bytes(cookie, signer)),
+        Format::Legacy if guard => BASE64.encode(readers::guard_legacy(cookie.addresses.primary())),
+        Format::Grpc | Format::Legacy => BASE64.encode(text::to_text(cookie, format)),
+    })
+}
+
+/// Whether `format` can carry everything `cookie` holds.
+fn check(cookie: &SessionCookie, format: Format, signer: Option<&Key>) -> Result<(), EncodeError> {
     let unrepresentable = |field| Err(EncodeError::Unrepresentable { format, field });
     if let Some(c) = &cookie.cluster {
         if c.is_empty() || has_control(c) {
@@ -344,10 +384,7 @@ pub fn encode(
     if signer.is_some() && !format.carries_mac() {
         return unrepresentable("mac");
     }
-    Ok(match format {
-        Format::Envoy => BASE64.encode(envoy::to_bytes(cookie, signer)),
-        Format::Grpc | Format::Legacy => BASE64.encode(text::to_text(cookie, format)),
-    })
+    Ok(())
 }
 
 /// Whether `s` holds a control character ([`char::is_control`]: U+0000 to
