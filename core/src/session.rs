@@ -65,6 +65,9 @@ pub struct Pin {
     pub format: Format,
     /// Its MAC state.
     pub signature: Signature,
+    /// Stock Envoy's cookie session state would not read the value as this
+    /// session ([`crate::cookie::Decoded::envoy_misreads`]).
+    pub envoy_misreads: bool,
 }
 
 /// The request-side decision.
@@ -229,6 +232,7 @@ impl Session {
             cookie: decoded.cookie,
             format: decoded.format,
             signature: decoded.signature,
+            envoy_misreads: decoded.envoy_misreads,
         })
     }
 
@@ -270,7 +274,12 @@ impl Session {
                     && cluster.is_some()
                     && c.cluster.as_deref() != cluster;
                 let upgrade = pin.signature == Signature::Unsigned && !self.config.keys.is_empty();
-                if !(moved || recluster || upgrade) {
+                // A cookie stock Envoys in the fleet would not read is
+                // re-issued in a form they read (`grpc` is never theirs).
+                let respell = pin.envoy_misreads
+                    && format != Format::Grpc
+                    && matches!(self.config.mode, SessionMode::Cookie(_));
+                if !(moved || recluster || upgrade || respell) {
                     return None;
                 }
             }
@@ -348,6 +357,7 @@ mod tests {
                 cookie,
                 format: Format::Envoy,
                 signature,
+                envoy_misreads: false,
             })
         };
         let lookups = [

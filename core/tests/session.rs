@@ -342,3 +342,52 @@ fn strict_refuses_only_a_fallback_host() {
     let miss = lookup(&strict, "/", &[]);
     assert!(!strict.strict_refuses(&miss, &served("127.0.0.1:9")));
 }
+
+/// A plain `legacy` cookie for an address whose text stock Envoy takes for
+/// a protobuf (10.0.0.1:8080) still pins, and is re-issued once in a form
+/// Envoy reads: guarded in `legacy`, Envoy's own in `envoy`; `grpc` (never
+/// Envoy's) and header mode leave it alone.
+#[test]
+fn a_cookie_stock_envoy_misreads_is_respelled_once() {
+    let plain = "MTAuMC4wLjE6ODA4MA==";
+    let a = "10.0.0.1:8080";
+    for format in [Format::Legacy, Format::Envoy] {
+        let s = cookie_session("/", 0, format);
+        let l = lookup(&s, "/", &[&format!("global-session-cookie={plain}")]);
+        assert_eq!(l.override_header_value().as_deref(), Some(a), "{format}");
+        let value = value_of(s.respond(&l, &served(a), NOW));
+        let again = cookie::decode(&value, &KeyRing::empty()).unwrap();
+        assert!(!again.envoy_misreads, "{format}: {value}");
+        assert_eq!(again.cookie.addresses.primary(), addr(a));
+        // The respelled cookie is honoured as it is.
+        let l = lookup(&s, "/", &[&format!("global-session-cookie={value}")]);
+        assert_eq!(s.respond(&l, &served(a), NOW), None, "{format}");
+    }
+    // An address Envoy reads as text: nothing to respell.
+    let s = cookie_session("/", 0, Format::Legacy);
+    let l = lookup(&s, "/", &["global-session-cookie=MTI3LjAuMC4xOjQ0Mw=="]);
+    assert_eq!(s.respond(&l, &served("127.0.0.1:443"), NOW), None);
+    // Header mode: Envoy's header reader takes the plain text.
+    let s = Session::new(SessionConfig::header("x-session").unwrap()).unwrap();
+    let req = SessionRequest {
+        path: "/",
+        cookies: &[],
+        header: Some(plain),
+    };
+    let l = s.lookup(&req, NOW);
+    assert_eq!(s.respond(&l, &served(a), NOW), None);
+}
+
+/// Envoy 1.36 to 1.38 wrote `expires` as seconds since their host booted:
+/// tether cannot judge such a value and keeps the session; a wall-clock
+/// expiry is judged as before.
+#[test]
+fn an_expiry_counted_from_boot_is_not_judged() {
+    let s = cookie_session("/", 0, Format::Envoy);
+    let since_boot = envoy_value("10.0.0.2:80", Some(1_122));
+    let l = lookup(&s, "/", &[&format!("global-session-cookie={since_boot}")]);
+    assert_eq!(l.override_header_value().as_deref(), Some("10.0.0.2:80"));
+    let past = envoy_value("10.0.0.2:80", Some(NOW - 1));
+    let l = lookup(&s, "/", &[&format!("global-session-cookie={past}")]);
+    assert!(matches!(l, Lookup::Miss(Miss::Expired(_))), "{l:?}");
+}

@@ -21,7 +21,7 @@ use tether_core::config::Problem;
 use tether_core::ConfigError;
 
 use crate::config::PluginConfig;
-use crate::filter::{Exchange, HeaderMap, Host, Level, Plugin};
+use crate::filter::{Counter, Exchange, HeaderMap, Host, Level, Plugin};
 
 const OK: u32 = 0;
 const REQUEST_HEADERS: u32 = 0;
@@ -34,6 +34,8 @@ extern "C" {
     fn proxy_get_log_level(level: *mut u32) -> u32;
     fn proxy_get_current_time_nanoseconds(time: *mut u64) -> u32;
     fn proxy_set_tick_period_milliseconds(period: u32) -> u32;
+    fn proxy_define_metric(kind: u32, name: *const u8, name_size: usize, id: *mut u32) -> u32;
+    fn proxy_increment_metric(id: u32, offset: i64) -> u32;
     fn proxy_get_buffer_bytes(
         buffer: u32,
         start: usize,
@@ -225,6 +227,29 @@ impl Host for Envoy {
     fn log(&mut self, level: Level, message: &str) {
         log(level, message);
     }
+
+    fn count(&mut self, counter: Counter) {
+        // Defined on first use, once per VM.
+        const COUNTER: u32 = 0;
+        let id = with(|c| {
+            if let Some(id) = c.metrics.get(counter.name()) {
+                return Some(*id);
+            }
+            let name = counter.name();
+            let mut id = 0;
+            // SAFETY: pointer and length of a live string; `id` is writable.
+            let status =
+                unsafe { proxy_define_metric(COUNTER, name.as_ptr(), name.len(), &mut id) };
+            (status == OK).then(|| {
+                c.metrics.insert(name, id);
+                id
+            })
+        });
+        if let Some(id) = id {
+            // SAFETY: a plain value call.
+            unsafe { proxy_increment_metric(id, 1) };
+        }
+    }
 }
 
 /// One plugin configuration (a root context) in one VM (per worker).
@@ -250,6 +275,8 @@ struct Stream {
 struct Contexts {
     roots: BTreeMap<u32, Root>,
     streams: BTreeMap<u32, Stream>,
+    /// Defined metrics by name.
+    metrics: BTreeMap<&'static str, u32>,
 }
 
 std::thread_local! {
@@ -412,11 +439,12 @@ fn describe(config: &PluginConfig) -> String {
         _ => String::new(),
     };
     alloc::format!(
-        "tether: session {state}, format {}, strict {}, {} key(s); writes {} ({})",
+        "tether: session {state}, format {}, strict {}, {} key(s); writes {} ({}); {}",
         s.config().format,
         s.strict(),
         s.config().keys.len(),
         config.override_header,
-        config.encoding.as_str()
+        config.encoding.as_str(),
+        tether_core::cookie::readers::explain(s.config().format, s.cookie_name().is_none())
     )
 }

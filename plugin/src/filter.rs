@@ -15,12 +15,14 @@
 //! The clock is not read per request: the root context refreshes it once a
 //! second (cookie expiries are whole seconds).
 
+use alloc::collections::BTreeSet;
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::cell::RefCell;
 use core::net::SocketAddr;
 use core::str;
 use tether_core::cookie::{self, SessionCookie};
-use tether_core::session::{Emit, Lookup, Miss, Served, SessionRequest};
+use tether_core::session::{Emit, Lookup, Miss, Pin, Served, SessionRequest};
 use tether_core::{AddressList, Format};
 
 use crate::config::{OverrideEncoding, PluginConfig};
@@ -46,6 +48,8 @@ pub enum Level {
     Debug = 1,
     /// Lifecycle events.
     Info = 2,
+    /// Something the operator should know and may act on.
+    Warn = 3,
     /// Something the operator should fix.
     Error = 4,
 }
@@ -76,6 +80,27 @@ pub trait Host {
     fn local_reply(&mut self, status: u32, details: &str, body: &str);
     /// Writes a log line.
     fn log(&mut self, level: Level, message: &str);
+    /// Adds one to a counter in Envoy's stats.
+    fn count(&mut self, counter: Counter);
+}
+
+/// The plugin's counters in Envoy's stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Counter {
+    /// A request pinned by a cookie stock Envoy's cookie session state would
+    /// not read (a plain `legacy` text it takes for a protobuf, or an
+    /// unpadded value): its response re-issues the cookie in a form it reads.
+    EnvoyMisreads,
+}
+
+impl Counter {
+    /// The stat's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Counter::EnvoyMisreads => "tether.session_cookie_envoy_misreads",
+        }
+    }
 }
 
 /// A header map in proxy-wasm's serialization: a little-endian `u32` count,
@@ -154,12 +179,43 @@ impl Exchange {
 pub struct Plugin {
     config: PluginConfig,
     debug: bool,
+    /// Addresses already logged for a cookie stock Envoy misreads.
+    misread: RefCell<BTreeSet<SocketAddr>>,
 }
 
 impl Plugin {
     /// A plugin with `config`; `debug` turns on per-request log lines.
     pub fn new(config: PluginConfig, debug: bool) -> Self {
-        Plugin { config, debug }
+        Plugin {
+            config,
+            debug,
+            misread: RefCell::new(BTreeSet::new()),
+        }
+    }
+
+    /// Counts a pin whose cookie stock Envoy would not read, and says so
+    /// once per address.
+    fn note(&self, host: &mut impl Host, pin: &Pin) {
+        if !pin.envoy_misreads || self.config.session.cookie_name().is_none() {
+            return;
+        }
+        host.count(Counter::EnvoyMisreads);
+        let address = pin.cookie.addresses.primary();
+        if self.misread.borrow_mut().insert(address) {
+            host.log(
+                Level::Warn,
+                &alloc::format!(
+                    "tether: a session cookie names {address} in a form stock Envoy's cookie \
+                     session state does not read ({}); its response re-issues it in one that Envoy, \
+                     gRPC C-core and tether read",
+                    if pin.format == Format::Legacy {
+                        "plain legacy text that Envoy parses as a protobuf without an address"
+                    } else {
+                        "base64 without padding"
+                    }
+                ),
+            );
+        }
     }
 
     /// The configuration.
@@ -219,6 +275,7 @@ impl Plugin {
         let Lookup::Pinned(pin) = &lookup else {
             return None;
         };
+        self.note(host, pin);
         let value = override_value(&pin.cookie.addresses, cfg.encoding)?;
         host.set_request_header(&cfg.override_header, &value);
         let asked = (cfg.encoding == OverrideEncoding::SessionHeader)
@@ -289,6 +346,7 @@ impl Plugin {
         let mut asked = None;
         match &lookup {
             Lookup::Pinned(pin) => {
+                self.note(host, pin);
                 if let Some(value) = override_value(&pin.cookie.addresses, cfg.encoding) {
                     host.set_request_header(&cfg.override_header, &value);
                     if cfg.encoding == OverrideEncoding::SessionHeader {
@@ -512,6 +570,7 @@ mod tests {
             self.reply = Some(status);
         }
         fn log(&mut self, _level: Level, _message: &str) {}
+        fn count(&mut self, _counter: Counter) {}
     }
 
     fn plugin(json: &str) -> Plugin {

@@ -80,7 +80,16 @@ impl Backend<Grpc> {
         delay: Duration,
         failing: Option<Arc<AtomicBool>>,
     ) -> GrpcBackend {
-        Self::start_wrapped_full(name, addr, delay, failing, None, None, |routes| routes).await
+        Self::start_wrapped_full(
+            name,
+            bind(addr).await,
+            delay,
+            failing,
+            None,
+            None,
+            |routes| routes,
+        )
+        .await
     }
 
     /// Starts a backend called `name` on a random 127.0.0.1 port that ends
@@ -97,7 +106,7 @@ impl Backend<Grpc> {
         let addr = "127.0.0.1:0".parse().expect("addr");
         let backend = Self::start_wrapped_full(
             name,
-            addr,
+            bind(addr).await,
             Duration::ZERO,
             None,
             Some(rotation),
@@ -125,8 +134,8 @@ impl Backend<Grpc> {
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let addr = "127.0.0.1:0".parse().expect("addr");
-        Self::start_wrapped_full(name, addr, Duration::ZERO, None, None, None, wrap).await
+        let l = bind("127.0.0.1:0".parse().expect("addr")).await;
+        Self::start_wrapped_full(name, l, Duration::ZERO, None, None, None, wrap).await
     }
 
     /// Starts a backend called `name` on a random 127.0.0.1 port that
@@ -135,13 +144,19 @@ impl Backend<Grpc> {
     /// certificate's [`crate::tls::fingerprint`] in `x-client-cert` when
     /// the client presented one.
     pub async fn start_tls(name: &str, config: Arc<rustls::ServerConfig>) -> GrpcBackend {
-        let addr = "127.0.0.1:0".parse().expect("addr");
-        Self::start_wrapped_full(name, addr, Duration::ZERO, None, None, Some(config), |r| r).await
+        let l = bind("127.0.0.1:0".parse().expect("addr")).await;
+        Self::start_wrapped_full(name, l, Duration::ZERO, None, None, Some(config), |r| r).await
+    }
+
+    /// Starts a backend called `name` on `listener` (an address chosen by
+    /// the caller, e.g. with [`crate::loopback_listener`]).
+    pub async fn start_on_listener(name: &str, listener: tokio::net::TcpListener) -> GrpcBackend {
+        Self::start_wrapped_full(name, listener, Duration::ZERO, None, None, None, |r| r).await
     }
 
     async fn start_wrapped_full<S, B>(
         name: &str,
-        addr: SocketAddr,
+        listener: tokio::net::TcpListener,
         delay: Duration,
         failing: Option<Arc<AtomicBool>>,
         rotation: Option<Rotation>,
@@ -161,9 +176,6 @@ impl Backend<Grpc> {
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .expect("bind gRPC backend");
         let addr = listener.local_addr().expect("gRPC backend addr");
         let served = Arc::new(AtomicU64::new(0));
         let routes = wrap(Routes::new(EchoServer::new(EchoService {
@@ -220,6 +232,12 @@ impl Backend<Grpc> {
         });
         Backend::new(name, addr, served, task)
     }
+}
+
+async fn bind(addr: SocketAddr) -> tokio::net::TcpListener {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .expect("bind gRPC backend")
 }
 
 /// How a rotating backend ends its connections.

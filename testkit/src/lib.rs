@@ -79,6 +79,37 @@ fn fixed_port_range() -> (u16, u16) {
     }
 }
 
+/// A listener on a random 127.0.0.0/8 address and port that `accept`
+/// takes (e.g. an address whose cookie text some peer misreads); panics
+/// after 10,000 draws.
+pub async fn loopback_listener(
+    accept: impl Fn(std::net::SocketAddr) -> bool,
+) -> tokio::net::TcpListener {
+    use std::sync::atomic::AtomicU64;
+    static SEED: AtomicU64 = AtomicU64::new(0);
+    let _ = SEED.compare_exchange(
+        0,
+        0x2545_f491_4f6c_dd1d ^ u64::from(std::process::id()),
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..10_000 {
+        let mut x = SEED.load(Ordering::SeqCst);
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        SEED.store(x, Ordering::SeqCst);
+        let ip = std::net::Ipv4Addr::from(0x7f00_0000 | (x as u32 & 0x00ff_ffff) | 1);
+        let Ok(listener) = tokio::net::TcpListener::bind((ip, 0)).await else {
+            continue;
+        };
+        if listener.local_addr().is_ok_and(&accept) {
+            return listener;
+        }
+    }
+    panic!("no 127.0.0.0/8 address the caller accepts in 10,000 draws");
+}
+
 /// Polls `check` every 50 ms until it returns true or `timeout` passes.
 pub async fn wait_until<F, Fut>(timeout: Duration, mut check: F) -> bool
 where

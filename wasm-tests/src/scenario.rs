@@ -288,32 +288,11 @@ pub fn http2_upstream(cluster: &mut Value) {
 /// misreads as a protobuf (`flagged`), or reads
 /// (`tether_core::cookie::readers`).
 pub async fn backend_on_loopback(name: &str, flagged: bool) -> tether_testkit::grpc::DualBackend {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static SEED: AtomicU64 = AtomicU64::new(0);
-    let _ = SEED.compare_exchange(
-        0,
-        0x2545_f491_4f6c_dd1d ^ u64::from(std::process::id()),
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    for _ in 0..10_000 {
-        let mut x = SEED.load(Ordering::SeqCst);
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        SEED.store(x, Ordering::SeqCst);
-        let ip = std::net::Ipv4Addr::from(0x7f00_0000 | (x as u32 & 0x00ff_ffff) | 1);
-        let Ok(listener) = tokio::net::TcpListener::bind((ip, 0)).await else {
-            continue;
-        };
-        let Ok(addr) = listener.local_addr() else {
-            continue;
-        };
-        if tether_core::cookie::readers::legacy_text_read_by_envoy(addr) != flagged {
-            return tether_testkit::grpc::DualBackend::start_on(name, listener);
-        }
-    }
-    panic!("no 127.0.0.0/8 address with flagged = {flagged}");
+    let listener = tether_testkit::loopback_listener(|a| {
+        tether_core::cookie::readers::legacy_text_read_by_envoy(a) != flagged
+    })
+    .await;
+    tether_testkit::grpc::DualBackend::start_on(name, listener)
 }
 
 /// Starts Envoy or panics with its log.

@@ -772,3 +772,58 @@ fn grpcio_cookie_honoured_by_grpcio() {
         s.honours(Reader::CCore, &session, false).await;
     });
 }
+
+/// A cookie older writers left behind: the plain `legacy` text of a
+/// backend's address, which stock Envoy takes for a protobuf (every backend
+/// here sits at such an address). Stock Envoy ignores it and balances; the
+/// plugin pins it, re-issues it guarded (which stock Envoy then honours) and
+/// counts it in Envoy's stats (custom wasm stats are under `wasmcustom.`).
+#[test]
+fn a_plain_legacy_cookie_stock_envoy_misreads_is_pinned_and_respelled_by_the_plugin() {
+    run(async {
+        let s = stage().await;
+        let backend = &s.backends[0];
+        let plain = tether_core::cookie::encode_header(
+            &tether_core::SessionCookie::new(tether_core::AddressList::one(backend.addr())),
+            Format::Legacy,
+            None,
+        )
+        .unwrap();
+        let header = format!("{}={plain}", tether_wasm_tests::scenario::COOKIE);
+        let stock = s.envoy(&s.native, "/", Some(&header)).await;
+        assert_eq!(stock.set.len(), 1, "stock Envoy mints its own: {stock:?}");
+        let before = s
+            .plugin
+            .0
+            .stat("wasmcustom.tether.session_cookie_envoy_misreads")
+            .await;
+        let reply = s.envoy(&s.plugin, "/as-legacy", Some(&header)).await;
+        assert_eq!(reply.backend, backend.name(), "{reply:?}");
+        assert_eq!(reply.set.len(), 1, "{reply:?}");
+        let respelled = Session {
+            cookie: reply.set[0].clone(),
+            backend: reply.backend.clone(),
+        };
+        assert!(
+            !respelled.cookie.decoded.envoy_misreads,
+            "{}",
+            respelled.cookie.header
+        );
+        let after = s
+            .plugin
+            .0
+            .stat("wasmcustom.tether.session_cookie_envoy_misreads")
+            .await;
+        assert_eq!(
+            after.unwrap_or(0),
+            before.unwrap_or(0) + 1,
+            "{}",
+            s.plugin
+                .0
+                .admin_get("/stats?filter=misreads")
+                .await
+                .unwrap_or_default()
+        );
+        s.honours(Reader::Native, &respelled, false).await;
+    });
+}

@@ -1226,3 +1226,50 @@ fn garbage_configurations_never_trap() {
         "accepted {accepted}, refused {refused}"
     );
 }
+
+/// A plain `legacy` cookie for 10.0.0.1:8080 (text stock Envoy parses as a
+/// protobuf without an address) pins the request; its response re-issues
+/// it guarded, which every peer reads; each such request is counted in
+/// `tether.session_cookie_envoy_misreads`, and the address is logged once.
+#[test]
+fn a_cookie_stock_envoy_misreads_is_counted_logged_once_and_respelled() {
+    let flagged = "10.0.0.1:8080";
+    let plain = format!("{COOKIE}=MTAuMC4wLjE6ODA4MA==");
+    let mut host = plugin(&config(json!({ "format": "legacy" })));
+    for i in 1..=3u64 {
+        let rec = exchange(
+            &mut host,
+            &request("/", &[("cookie", &plain)]),
+            Upstream::Served(flagged),
+        );
+        assert_eq!(rec.request_headers_named(OVERRIDE), [flagged]);
+        let pair = only_set_cookie(&rec);
+        let value = pair.split_once('=').unwrap().1;
+        let d = cookie::decode(value, &KeyRing::empty()).unwrap();
+        assert_eq!(d.format, tether_core::Format::Legacy);
+        assert!(!d.envoy_misreads, "{pair}");
+        let count = host
+            .metrics()
+            .iter()
+            .find(|m| m.name == "tether.session_cookie_envoy_misreads")
+            .map(|m| (m.kind, m.value));
+        assert_eq!(count, Some((0, i)), "request {i}");
+        // The respelled cookie pins without a new one, and is not counted.
+        let rec = exchange(
+            &mut host,
+            &request("/", &[("cookie", &pair)]),
+            Upstream::Served(flagged),
+        );
+        assert!(rec.response_headers_named("set-cookie").is_empty());
+    }
+    let said: Vec<_> = host
+        .logs()
+        .iter()
+        .filter(|l| {
+            l.message
+                .contains("stock Envoy's cookie session state does not read")
+        })
+        .collect();
+    assert_eq!(said.len(), 1, "{}", host.log_text());
+    assert!(said[0].message.contains(flagged), "{}", said[0].message);
+}

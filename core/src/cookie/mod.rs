@@ -72,11 +72,19 @@ impl SessionCookie {
     }
 
     /// Whether the cookie has expired at `now` (epoch seconds). As in Envoy,
-    /// a cookie is still valid during its `expires` second.
+    /// a cookie is still valid during its `expires` second. An expiry below
+    /// [`WALL_CLOCK_FLOOR`] is not a date: Envoy 1.36 to 1.38 wrote seconds
+    /// since their host booted, which no other process can judge, so such a
+    /// cookie does not expire here (its `Max-Age` bounds the client's copy).
     pub fn is_expired(&self, now: u64) -> bool {
-        self.expires.is_some_and(|e| now > e)
+        self.expires
+            .is_some_and(|e| e >= WALL_CLOCK_FLOOR && now > e)
     }
 }
+
+/// The smallest `expires` read as wall-clock epoch seconds (2001-09-09):
+/// below it, an Envoy before 1.39 counted seconds since its host booted.
+pub const WALL_CLOCK_FLOOR: u64 = 1_000_000_000;
 
 /// A session cookie wire format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -192,6 +200,10 @@ pub struct Decoded {
     pub quoted: bool,
     /// Whether its base64 carried `=` padding (or needed none).
     pub padded: bool,
+    /// Whether stock Envoy's cookie session state would not read this value
+    /// as the session it is: a plain `legacy` text that Envoy parses as a
+    /// protobuf without an address (see [`readers`]), or an unpadded value.
+    pub envoy_misreads: bool,
 }
 
 /// Why a cookie value names no session.
@@ -301,8 +313,12 @@ pub fn decode(value: &str, keys: &KeyRing) -> Result<Decoded, DecodeError> {
     };
     let len = decode64::decode(inner.as_bytes(), buf).ok_or(DecodeError::Base64)?;
     let bytes = buf.get(..len).ok_or(DecodeError::Base64)?;
+    let mut envoy_misreads = !padded;
     let (cookie, format, mac) = if let Some(text) = text::as_text(bytes) {
         let (cookie, format) = text::parse(text)?;
+        if format == Format::Legacy && !envoy_misreads {
+            envoy_misreads = !readers::legacy_text_read_by_envoy(cookie.addresses.primary());
+        }
         (cookie, format, None)
     } else if let Some(addr) = readers::guarded_address(bytes) {
         (
@@ -323,6 +339,7 @@ pub fn decode(value: &str, keys: &KeyRing) -> Result<Decoded, DecodeError> {
         signature,
         quoted,
         padded,
+        envoy_misreads,
     })
 }
 

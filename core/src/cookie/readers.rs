@@ -24,7 +24,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::net::SocketAddr;
 
-use super::{decode64, BASE64};
+use super::{decode64, Format, BASE64};
 use crate::address;
 use base64::Engine as _;
 
@@ -130,6 +130,50 @@ impl fmt::Display for Miss {
             Miss::Unreadable => "the value names no address it can read",
         })
     }
+}
+
+/// The readers that take every value tether writes in `format`: as a
+/// cookie, or (`header`) as a session header's value.
+pub fn promised(format: Format, header: bool) -> &'static [Reader] {
+    match (format, header) {
+        (Format::Legacy, false) => &[Reader::EnvoyCookie, Reader::Grpc, Reader::Tether],
+        (Format::Legacy, true) => &[Reader::EnvoyHeader, Reader::Tether],
+        (Format::Envoy, false) => &[Reader::EnvoyCookie, Reader::Tether],
+        (Format::Grpc, false) => &[Reader::Grpc, Reader::Tether],
+        (Format::Envoy | Format::Grpc, true) => &[Reader::Tether],
+    }
+}
+
+/// One sentence naming who reads `format` and who does not, for logs and
+/// configuration checks.
+pub fn explain(format: Format, header: bool) -> String {
+    let names = |list: &[Reader]| {
+        list.iter()
+            .map(|r| r.describe())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let readers = promised(format, header);
+    let candidates: &[Reader] = if header {
+        &[Reader::EnvoyHeader, Reader::Tether]
+    } else {
+        &[Reader::EnvoyCookie, Reader::Grpc, Reader::Tether]
+    };
+    let others: Vec<Reader> = candidates
+        .iter()
+        .copied()
+        .filter(|r| !readers.contains(r))
+        .collect();
+    let mut out = alloc::format!(
+        "format {format}{}: read by {}",
+        if header { " (header)" } else { "" },
+        names(readers)
+    );
+    if !others.is_empty() {
+        out.push_str("; not by ");
+        out.push_str(&names(&others));
+    }
+    out
 }
 
 /// How `reader` reads a session value (a cookie's value, or a header's) at
@@ -288,4 +332,25 @@ pub(super) fn guarded_address(bytes: &[u8]) -> Option<SocketAddr> {
     let text = core::str::from_utf8(&bytes[..at]).ok()?;
     let addr = address::parse(text).ok()?;
     (guard_legacy(addr) == bytes).then_some(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explains_each_format() {
+        assert_eq!(
+            explain(Format::Legacy, false),
+            "format legacy: read by stock Envoy's cookie session state, gRPC C-core, tether"
+        );
+        assert_eq!(
+            explain(Format::Grpc, false),
+            "format grpc: read by gRPC C-core, tether; not by stock Envoy's cookie session state"
+        );
+        assert_eq!(
+            explain(Format::Envoy, true),
+            "format envoy (header): read by tether; not by stock Envoy's header session state"
+        );
+    }
 }

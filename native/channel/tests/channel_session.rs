@@ -32,6 +32,15 @@ fn serve_session(
     }
 }
 
+/// A channel through the fixture writing session cookies in `format`.
+fn channel_writing(f: &Fixture, format: tether_core::cookie::Format) -> tether::Channel {
+    tether::Channel::builder()
+        .bootstrap(xds_support::bootstrap(f.addr, NODE))
+        .session_options(tether::channel::SessionOptions::new(format))
+        .connect(&format!("xds:///{TARGET}"))
+        .unwrap()
+}
+
 async fn three() -> [GrpcBackend; 3] {
     [
         GrpcBackend::start("b1").await,
@@ -275,7 +284,6 @@ async fn a_route_can_turn_the_session_filter_off() {
 
 #[tokio::test]
 async fn a_channel_can_write_envoys_format_and_still_reads_c_cores() {
-    use tether::channel::SessionOptions;
     use tether_core::cookie::Format;
     let bs = three().await;
     let addrs: Vec<_> = bs.iter().map(|b| b.addr()).collect();
@@ -285,15 +293,7 @@ async fn a_channel_can_write_envoys_format_and_still_reads_c_cores() {
         vec![cluster("c")],
         vec![eds("c", vec![Loc::of(&addrs)], &[])],
     );
-    let ch = tether::Channel::builder()
-        .bootstrap(xds_support::bootstrap(f.addr, NODE))
-        .session_options({
-            let mut session_options = SessionOptions::default();
-            session_options.format = Format::Envoy;
-            session_options
-        })
-        .connect(&format!("xds:///{TARGET}"))
-        .unwrap();
+    let ch = channel_writing(&f, Format::Envoy);
     let (first, set) = echo_cookie(&ch, None).await.unwrap();
     // Envoy's Set-Cookie: quoted value, Max-Age, Path, HttpOnly last.
     assert!(set[0].starts_with("grpc-session=\""), "{set:?}");
@@ -590,4 +590,56 @@ async fn a_drain_of_200_sessions_loses_no_call() {
     let stats = ch.stats().await.unwrap();
     let total: usize = stats.sessions().iter().map(|s| s.sessions.sessions).sum();
     assert_eq!(total, SESSIONS + 30);
+}
+
+/// A plain `legacy` cookie for an endpoint whose text stock Envoy parses as
+/// a protobuf (tether_core::cookie::readers): the channel writing `legacy`
+/// pins it, answers with the guarded spelling every peer reads, counts each
+/// such call in its stats and logs the address once.
+#[tokio::test]
+async fn a_legacy_cookie_stock_envoy_misreads_is_respelled_and_counted() {
+    use tether_core::cookie::{self, readers, Format, KeyRing, SessionCookie};
+    let f = Fixture::start(Mode::Serve).await;
+    let flagged = GrpcBackend::start_on_listener(
+        "flagged",
+        tether_testkit::loopback_listener(|a| !readers::legacy_text_read_by_envoy(a)).await,
+    )
+    .await;
+    let [b2, b3, _] = three().await;
+    let addrs = [flagged.addr(), b2.addr(), b3.addr()];
+    serve_session(
+        &f,
+        vec![cluster("c")],
+        vec![eds("c", vec![Loc::of(&addrs)], &[])],
+    );
+    let ch = channel_writing(&f, Format::Legacy);
+    let one = SessionCookie::new(tether_core::AddressList::one(flagged.addr()));
+    let plain = cookie::encode_header(&one, Format::Legacy, None).unwrap();
+    for i in 1..=3u64 {
+        let (backend, set) = echo_cookie(&ch, Some(&format!("grpc-session={plain}")))
+            .await
+            .unwrap();
+        assert_eq!(backend, "flagged");
+        assert_eq!(set.len(), 1, "{set:?}");
+        let value = pair(&set[0]).split_once('=').unwrap().1.to_owned();
+        let d = cookie::decode(&value, &KeyRing::empty()).unwrap();
+        assert_eq!(
+            (d.format, d.envoy_misreads),
+            (Format::Legacy, false),
+            "{value}"
+        );
+        assert!(readers::honours(
+            readers::Reader::EnvoyCookie,
+            &value,
+            flagged.addr(),
+            0
+        ));
+        assert_eq!(ch.stats().await.unwrap().session_cookies_envoy_misreads, i);
+        // The respelled cookie pins with no new one and is not counted.
+        let (backend, set) = echo_cookie(&ch, Some(&format!("grpc-session={value}")))
+            .await
+            .unwrap();
+        assert_eq!((backend.as_str(), set.len()), ("flagged", 0));
+    }
+    assert_eq!(ch.stats().await.unwrap().session_cookies_envoy_misreads, 3);
 }

@@ -4,6 +4,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
+use tether_core::cookie::readers::{self, Reader, Reading};
 use tether_core::cookie::{self, Format, KeyRing, SessionCookie, Signature};
 use tether_core::http::set_cookie::{CookieSpec, Style};
 use tether_core::AddressList;
@@ -28,6 +29,9 @@ pub struct DecodeArgs {
     /// Judge expiry at this epoch second instead of now.
     #[arg(long, value_name = "EPOCH_SECONDS")]
     now: Option<u64>,
+    /// The value is a session header's (Envoy's header session state), not a cookie's.
+    #[arg(long)]
+    header: bool,
 }
 
 /// Arguments of `tether cookie encode`.
@@ -58,6 +62,10 @@ pub struct EncodeArgs {
     /// Compute the expiry from this epoch second instead of now.
     #[arg(long, value_name = "EPOCH_SECONDS")]
     now: Option<u64>,
+    /// Write a session header's value (Envoy's header session state reads
+    /// `legacy` as plain `ip:port`), not a cookie's.
+    #[arg(long, conflicts_with = "name")]
+    header: bool,
 }
 
 /// Runs a cookie subcommand and returns its JSON output.
@@ -95,7 +103,49 @@ fn decode(a: DecodeArgs) -> Result<Value, String> {
         "key": key,
         "quoted": d.quoted,
         "padded": d.padded,
+        "readers": readers_json(&a.value, now),
     }))
+    .inspect(|_| warn_unread(&a.value, d.format, d.cookie.addresses.primary(), a.header, now))
+    .inspect(|_| {
+        if d.cookie.expires.is_some_and(|e| e < cookie::WALL_CLOCK_FLOOR) {
+            log::warn!(
+                "expires {} counts seconds since an Envoy host booted (Envoy 1.36 to 1.38 wrote \
+                 it so): no other process can judge it, tether keeps the session, Envoy 1.39 and \
+                 later treat it as expired",
+                d.cookie.expires.unwrap_or_default()
+            );
+        }
+    })
+}
+
+/// What each reader makes of `value` at `now`.
+fn readers_json(value: &str, now: u64) -> Value {
+    let mut m = serde_json::Map::new();
+    for r in Reader::ALL {
+        let v = match readers::read(r, value, now) {
+            Reading::Pins(list) => json!({ "pins": list }),
+            Reading::NoSession(miss) => json!({ "miss": miss.code(), "why": miss.to_string() }),
+        };
+        m.insert(r.as_str().to_owned(), v);
+    }
+    Value::Object(m)
+}
+
+/// Warns on stderr, naming the reader, when a reader that takes `format`
+/// will not pin `primary` from `value`.
+fn warn_unread(value: &str, format: Format, primary: SocketAddr, header: bool, now: u64) {
+    for r in readers::promised(format, header) {
+        if !readers::honours(*r, value, primary, now) {
+            let why = match readers::read(*r, value, now) {
+                Reading::NoSession(miss) => miss.to_string(),
+                Reading::Pins(list) => format!("it looks up {list:?}"),
+            };
+            log::warn!(
+                "{} will not pin {primary} from this {format} value: {why}",
+                r.describe()
+            );
+        }
+    }
 }
 
 fn parse_ttl(text: &str) -> Result<Duration, String> {
@@ -123,7 +173,28 @@ fn encode(a: EncodeArgs) -> Result<Value, String> {
     let mut c = SessionCookie::new(addresses);
     c.cluster = a.cluster.clone();
     c.expires = format.expiry_after(ttl, now);
-    let value = cookie::encode(&c, format, ring.signer()).map_err(|e| e.to_string())?;
+    let value = if a.header {
+        cookie::encode_header(&c, format, ring.signer())
+    } else {
+        cookie::encode(&c, format, ring.signer())
+    }
+    .map_err(|e| e.to_string())?;
+    let primary = c.addresses.primary();
+    if format == Format::Legacy && !a.header && !readers::legacy_text_read_by_envoy(primary) {
+        log::info!(
+            "{primary}: its plain text is a protobuf to stock Envoy's cookie session state, which \
+             would then see no session; written guarded (text, \";<\", Envoy's field 1), which \
+             Envoy, gRPC C-core and tether read"
+        );
+    }
+    if c.expires.is_some() {
+        log::warn!(
+            "Envoy 1.36 to 1.38 judge expires against seconds since their host booted: this \
+             cookie never expires there (its Max-Age still bounds the client's copy); Envoy 1.39 \
+             and later, gRPC C-core and tether judge it as written"
+        );
+    }
+    warn_unread(&value, format, primary, a.header, now);
     let set_cookie = match &a.name {
         None => None,
         Some(name) => {

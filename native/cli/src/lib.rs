@@ -55,7 +55,11 @@ where
         }
     };
     let result = match cli.command {
-        Command::Cookie(c) => cookie::run(c).map(|json| vec![json]),
+        Command::Cookie(c) => {
+            // What a value's readers will make of it is said on stderr.
+            init_logging(log::LevelFilter::Info);
+            cookie::run(c).map(|json| vec![json])
+        }
         Command::Ring(c) => ring::run(c),
         // Long-running and streaming: prints and picks its exit code itself.
         Command::Xds(c) => return xds::run(c),

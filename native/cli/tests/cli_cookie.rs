@@ -119,3 +119,48 @@ fn errors_name_the_option_and_the_value() {
     assert_eq!(code, 2, "clap rejects unknown formats: {err}");
     assert!(err.contains("xml"), "{err}");
 }
+
+/// 10.0.0.1:8080's plain text is a protobuf to stock Envoy's cookie reader:
+/// `encode` writes the guarded spelling and says so; `decode` of the plain
+/// text shows each reader's verdict and warns naming the one that misses
+/// it; `--header` writes the plain text header readers take.
+#[test]
+fn says_which_readers_miss_a_value_and_writes_the_one_they_all_read() {
+    let (code, j, err) = tether("cookie encode --address 10.0.0.1:8080 --format legacy");
+    assert_eq!(code, 0);
+    assert_eq!(j["value"], "MTAuMC4wLjE6ODA4MDs8Cg0xMC4wLjAuMTo4MDgw");
+    assert!(err.contains("written guarded"), "{err}");
+    assert!(!err.contains("WARN"), "{err}");
+    let (code, j, err) = tether("cookie decode MTAuMC4wLjE6ODA4MA==");
+    assert_eq!(code, 0);
+    assert_eq!(
+        j["readers"]["envoy-cookie"]["miss"],
+        "protobuf-without-address"
+    );
+    assert_eq!(j["readers"]["grpc"]["pins"][0], "10.0.0.1:8080");
+    assert!(
+        err.contains("stock Envoy's cookie session state will not pin 10.0.0.1:8080"),
+        "{err}"
+    );
+    let (_, j, err) = tether("cookie decode MTAuMC4wLjE6ODA4MDs8Cg0xMC4wLjAuMTo4MDgw");
+    assert_eq!(j["format"], "legacy");
+    assert_eq!(j["readers"]["envoy-cookie"]["pins"][0], "10.0.0.1:8080");
+    assert!(!err.contains("WARN"), "{err}");
+    let (_, j, err) = tether("cookie encode --address 10.0.0.1:8080 --format legacy --header");
+    assert_eq!(j["value"], "MTAuMC4wLjE6ODA4MA==");
+    assert!(!err.contains("WARN"), "{err}");
+}
+
+/// An expiry is judged by Envoy 1.36 to 1.38 against seconds since boot:
+/// said when one is written, and when a value carries one counted that way.
+#[test]
+fn warns_where_envoy_before_1_39_judges_an_expiry_differently() {
+    let (_, _, err) = tether("cookie encode --address 10.0.0.1:80 --ttl 120s --now 1800000000");
+    assert!(err.contains("Envoy 1.36 to 1.38"), "{err}");
+    // An Envoy 1.38 cookie: expires 1122 (seconds since its host booted).
+    let (_, j, err) = tether("cookie decode Cg8xMjcuMC4wLjE6MTkwODIQ4gg= --now 1800000000");
+    assert_eq!(j["expires"], 1122);
+    assert_eq!(j["expired"], false);
+    assert_eq!(j["readers"]["envoy-cookie"]["miss"], "expired");
+    assert!(err.contains("seconds since an Envoy host booted"), "{err}");
+}

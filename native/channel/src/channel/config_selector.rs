@@ -16,6 +16,7 @@ use std::time::Duration;
 use http::HeaderMap;
 use tonic::Status;
 
+use super::cookie_notes::CookieNotes;
 use super::retry::RetryPolicy;
 use super::ClusterRef;
 use crate::lb::random;
@@ -205,6 +206,8 @@ pub struct ConfigSelector {
     clusters: HashMap<String, Arc<ClusterRef>>,
     /// Session cookies decoded by earlier calls.
     memo: LookupMemo,
+    /// The channel's target and its cookie notes.
+    notes: (String, Arc<CookieNotes>),
 }
 
 impl ConfigSelector {
@@ -251,7 +254,14 @@ impl ConfigSelector {
             default_timeout,
             clusters,
             memo: LookupMemo::default(),
+            notes: Default::default(),
         })
+    }
+
+    /// The selector noting cookies in the channel `target`'s `notes`.
+    pub(crate) fn with_notes(mut self, target: String, notes: Arc<CookieNotes>) -> Self {
+        self.notes = (target, notes);
+        self
     }
 
     /// What the call's cookie says under `session`, from the memo when an
@@ -265,6 +275,7 @@ impl ConfigSelector {
         };
         let id = Arc::as_ptr(session) as usize;
         if let Some(decoded) = one.and_then(|c| self.memo.get(id, c, now)) {
+            self.note(&decoded);
             return decoded;
         }
         let cookies: Vec<&str> = headers
@@ -282,7 +293,14 @@ impl ConfigSelector {
             let until = pin.cookie.expires.unwrap_or(u64::MAX);
             self.memo.put(id, cookie, until, decoded.clone());
         }
+        self.note(&decoded);
         decoded
+    }
+
+    fn note(&self, decoded: &Decoded) {
+        if let Lookup::Pinned(pin) = &decoded.lookup {
+            self.notes.1.pinned(&self.notes.0, pin);
+        }
     }
 
     /// The virtual host in use.

@@ -23,6 +23,7 @@
 pub mod call;
 pub mod config;
 pub mod config_selector;
+mod cookie_notes;
 mod replay;
 mod resolver;
 pub mod retry;
@@ -146,6 +147,10 @@ pub struct ChannelStats {
     /// The LB tree: clusters, priorities, localities, endpoints with their
     /// state and call counts.
     pub tree: PolicyStats,
+    /// Calls pinned by a session cookie stock Envoy's cookie session state
+    /// would not read (a plain `legacy` text it parses as a protobuf, or an
+    /// unpadded value); each address is also logged once.
+    pub session_cookies_envoy_misreads: u64,
 }
 
 /// Drain readiness of one address in one cluster (see

@@ -13,6 +13,7 @@ use tonic::Status;
 
 use super::config::ChannelConfig;
 use super::config_selector::{ConfigSelector, SessionOptions};
+use super::cookie_notes::CookieNotes;
 use super::{ChannelStats, ClusterRef};
 use crate::lb::cluster_manager::{self, ClusterManager};
 use crate::lb::{cds, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, SharedPicker};
@@ -74,6 +75,7 @@ pub(crate) struct WorkSerializer {
     pub control_tx: mpsc::WeakUnboundedSender<Control>,
     pub shared: Arc<Shared>,
     session_options: SessionOptions,
+    cookie_notes: Arc<CookieNotes>,
     root: ClusterManager,
     next_timer: u64,
     routing: Routing,
@@ -92,8 +94,13 @@ impl WorkSerializer {
         shared: Arc<Shared>,
         session_options: SessionOptions,
     ) -> Self {
+        log::debug!(
+            "{target}: session cookies it writes: {}",
+            tether_core::cookie::readers::explain(session_options.format, false)
+        );
         WorkSerializer {
             session_options,
+            cookie_notes: Arc::default(),
             target,
             pool,
             lb_tx,
@@ -168,6 +175,7 @@ impl WorkSerializer {
                         Routing::Failed(s) => format!("failed: {}", s.message()),
                     },
                     tree: self.root.stats(),
+                    session_cookies_envoy_misreads: self.cookie_notes.misreads(),
                 });
             }
         }
@@ -209,7 +217,9 @@ impl WorkSerializer {
             &config.http_filters,
             &self.session_options,
         ) {
-            Ok(selector) => Routing::Ready(Arc::new(selector)),
+            Ok(selector) => Routing::Ready(Arc::new(
+                selector.with_notes(self.target.clone(), self.cookie_notes.clone()),
+            )),
             Err(message) => {
                 log::warn!("{}: {message}", self.target);
                 Routing::Failed(Status::unavailable(message))
