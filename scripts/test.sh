@@ -6,7 +6,8 @@
 # interop); a bounded fuzz run; the JavaScript package and its Chromium test;
 # a short run of the plugin benchmark script; a FROM-scratch image of the
 # static tether binary run by the Docker engine; the compose demo run for
-# real, its story driven across the containers.
+# real, its story driven across the containers; the Envoy-facing suites again
+# on the oldest Envoy supported (scripts/envoy-versions.sh 1.36.4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n=== %s\n' "$*"; }
@@ -69,3 +70,6 @@ cargo test --workspace --quiet 2>&1 | tee -a target/test-output.txt
 # One closing line for the whole Rust suite (the last crate's doc-tests would
 # otherwise close the log with "0 passed").
 awk '/^test result: /{p+=$4; f+=$6} END {if (p == 0) exit 1; printf "rust: %d passed, %d failed\n", p, f}' target/test-output.txt
+
+step "the Envoy-facing suites on the oldest Envoy supported (1.36.4; the rest ran on 1.40.0)"
+scripts/envoy-versions.sh 1.36.4

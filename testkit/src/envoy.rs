@@ -39,6 +39,25 @@ pub fn binary() -> PathBuf {
     .clone()
 }
 
+/// The version of the Envoy binary the kit runs, from `envoy --version`
+/// (`.../1.40.0/Clean/RELEASE/...`): (major, minor, patch).
+pub fn version() -> Result<(u32, u32, u32), String> {
+    let out = std::process::Command::new(binary())
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("run {} --version: {e}", binary().display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split('/')
+        .find_map(|part| {
+            let mut n = part.trim().split('.').map(|x| x.parse::<u32>().ok());
+            match (n.next()??, n.next()??, n.next()??, n.next()) {
+                (a, b, c, None) => Some((a, b, c)),
+                _ => None,
+            }
+        })
+        .ok_or_else(|| format!("no version in {text:?}"))
+}
+
 /// A private temporary directory, removed on drop.
 struct TempDir(PathBuf);
 
