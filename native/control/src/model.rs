@@ -146,6 +146,44 @@ pub struct EnvoySpec {
     pub nodes: Vec<EnvoyNodeSpec>,
 }
 
+impl Config {
+    /// One line per `Session` route saying who reads the cookies written
+    /// for it: by the plugin in Envoy (its `format`), by Envoy's own filter
+    /// (always `envoy`); proxyless clients write their own format.
+    pub fn session_notes(&self) -> Vec<String> {
+        use tether_core::cookie::readers::explain;
+        let mut notes = Vec::new();
+        let native = self.envoy.session_filter == SessionFilter::Native
+            || self
+                .envoy
+                .nodes
+                .iter()
+                .any(|n| n.session_filter == Some(SessionFilter::Native));
+        for vh in &self.virtualhosts {
+            for (i, route) in vh.routes.iter().enumerate() {
+                let Some(session) = &route.load_balancer_policy.session else {
+                    continue;
+                };
+                let at = format!("virtual host {:?} route {i}", vh.name);
+                if self.envoy.uses_plugin() {
+                    let format = session.format.map(|f| f.0).unwrap_or_default();
+                    notes.push(format!(
+                        "{at}: the plugin writes {}",
+                        explain(format, false)
+                    ));
+                }
+                if native {
+                    notes.push(format!(
+                        "{at}: Envoy's own filter writes {}",
+                        explain(tether_core::Format::Envoy, false)
+                    ));
+                }
+            }
+        }
+        notes
+    }
+}
+
 impl EnvoySpec {
     /// Whether some Envoy (all of them, or one of `nodes`) runs the plugin.
     pub fn uses_plugin(&self) -> bool {

@@ -56,6 +56,9 @@ pub fn load_with(path: &Path, overrides: &Overrides) -> Result<(Config, String),
         path: path.to_owned(),
         error,
     })?;
+    for note in config.session_notes() {
+        log::info!("{}: {note}", path.display());
+    }
     Ok((config, text))
 }
 

@@ -1615,3 +1615,43 @@ fn new_strategy_errors_name_the_field_value_and_line() {
         "{ threshold: 1 }",
     );
 }
+
+/// Each `Session` route's note says who reads the cookies written for it:
+/// the plugin's format, or Envoy's own filter's.
+#[test]
+fn session_notes_say_who_reads_each_routes_cookies() {
+    let yaml = |envoy: &str, format: &str| {
+        format!(
+            r#"listener: {{ port: 10000 }}
+{envoy}virtualhosts:
+  - name: shop
+    routes:
+      - services: [{{ name: web }}]
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: s, path: / }}
+{format}services:
+  - name: web
+    endpoints: [{{ address: "127.0.0.1:8080" }}]
+"#
+        )
+    };
+    let plugin = "envoy:\n  sessionFilter: plugin\n  plugin: { filename: /p.wasm }\n";
+    let notes = Config::parse(&yaml(plugin, "            format: grpc\n"))
+        .unwrap()
+        .session_notes();
+    assert_eq!(
+        notes,
+        [
+            r#"virtual host "shop" route 0: the plugin writes format grpc: read by gRPC C-core, tether; not by stock Envoy's cookie session state"#
+        ]
+    );
+    let notes = Config::parse(&yaml("", "")).unwrap().session_notes();
+    assert_eq!(
+        notes,
+        [
+            r#"virtual host "shop" route 0: Envoy's own filter writes format envoy: read by stock Envoy's cookie session state, tether; not by gRPC C-core"#
+        ]
+    );
+}
