@@ -165,6 +165,7 @@ impl Call {
 pub struct Client {
     python: PathBuf,
     bootstrap: PathBuf,
+    env: Vec<(String, String)>,
 }
 
 impl Client {
@@ -174,7 +175,15 @@ impl Client {
         Client {
             python: python.into(),
             bootstrap: bootstrap.into(),
+            env: Vec::new(),
         }
+    }
+
+    /// The client with the environment variable `key` set to `value` (e.g.
+    /// one of C-core's `GRPC_EXPERIMENTAL_*` switches).
+    pub fn with_env(mut self, key: &str, value: &str) -> Client {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
     }
 
     /// The Python it runs.
@@ -277,6 +286,7 @@ impl Client {
             .args(args)
             .env("GRPC_XDS_BOOTSTRAP", &self.bootstrap)
             .env_remove("GRPC_XDS_BOOTSTRAP_CONFIG")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

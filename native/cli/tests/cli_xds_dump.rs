@@ -16,11 +16,9 @@ use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::config::cluster::v3 as cpb;
-use envoy_types::pb::envoy::config::core::v3 as core;
-use envoy_types::pb::envoy::config::endpoint::v3 as epb;
 use envoy_types::pb::envoy::config::route::v3 as rpb;
 use envoy_types::pb::envoy::extensions::clusters::aggregate::v3::ClusterConfig as AggregateConfig;
-use envoy_types::pb::google::protobuf::{UInt32Value, UInt64Value};
+use envoy_types::pb::google::protobuf::UInt64Value;
 use serde_json::Value;
 use tether::xds::resource::pack;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -28,6 +26,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 use control_support::{Control, TempDir};
+use xds_support::make::{endpoints, route};
 use xds_support::{make, Fixture, Mode, CDS, LDS};
 
 const YAML: &str = include_str!("fixtures/xds_dump.yaml");
@@ -578,50 +577,6 @@ fn invalid_ring_hash(name: &str) -> cpb::Cluster {
         },
     ));
     c
-}
-
-fn endpoints(name: &str, addr: &str) -> epb::ClusterLoadAssignment {
-    let (ip, port) = addr.rsplit_once(':').unwrap();
-    epb::ClusterLoadAssignment {
-        cluster_name: name.to_owned(),
-        endpoints: vec![epb::LocalityLbEndpoints {
-            locality: Some(core::Locality::default()),
-            load_balancing_weight: Some(UInt32Value { value: 1 }),
-            lb_endpoints: vec![epb::LbEndpoint {
-                host_identifier: Some(epb::lb_endpoint::HostIdentifier::Endpoint(epb::Endpoint {
-                    address: Some(core::Address {
-                        address: Some(core::address::Address::SocketAddress(core::SocketAddress {
-                            address: ip.to_owned(),
-                            port_specifier: Some(core::socket_address::PortSpecifier::PortValue(
-                                port.parse().unwrap(),
-                            )),
-                            ..Default::default()
-                        })),
-                    }),
-                    ..Default::default()
-                })),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
-fn route(prefix: &str, cluster: &str) -> rpb::Route {
-    rpb::Route {
-        r#match: Some(rpb::RouteMatch {
-            path_specifier: Some(rpb::route_match::PathSpecifier::Prefix(prefix.to_owned())),
-            ..Default::default()
-        }),
-        action: Some(rpb::route::Action::Route(rpb::RouteAction {
-            cluster_specifier: Some(rpb::route_action::ClusterSpecifier::Cluster(
-                cluster.to_owned(),
-            )),
-            ..Default::default()
-        })),
-        ..Default::default()
-    }
 }
 
 fn clusters(primary: cpb::Cluster) -> Vec<envoy_types::pb::google::protobuf::Any> {

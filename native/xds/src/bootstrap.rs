@@ -48,7 +48,7 @@ pub struct BootstrapError {
 }
 
 impl BootstrapError {
-    fn new(field: &str, value: &str, problem: &str) -> Self {
+    pub(crate) fn new(field: &str, value: &str, problem: &str) -> Self {
         BootstrapError {
             field: field.to_owned(),
             value: value.to_owned(),
@@ -82,6 +82,10 @@ pub struct XdsServer {
     pub server_features: Vec<String>,
     /// The first `channel_creds` type tether supports (gRPC's rule).
     pub channel_creds: ChannelCreds,
+    /// `call_creds` as written: each entry's `type` and `config` (gRFC
+    /// A97). The XdsClient applies the ones it supports (see
+    /// [`crate::call_creds`]) when A97 is on.
+    pub call_creds: Vec<(String, Value)>,
 }
 
 /// How the client secures its connection to the management server.
@@ -375,10 +379,27 @@ fn server(v: &Value, field: &str) -> Result<XdsServer, BootstrapError> {
             }
         }
     }
+    let mut call_creds = Vec::new();
+    if let Some(list) = o.get("call_creds") {
+        let at = format!("{field}.call_creds");
+        let list = list
+            .as_array()
+            .ok_or_else(|| BootstrapError::new(&at, &list.to_string(), "is not a list"))?;
+        for (i, c) in list.iter().enumerate() {
+            let entry = object(c, &format!("{at}[{i}]"))?;
+            let kind = string(entry, "type", &format!("{at}[{i}]"))?;
+            let config = entry
+                .get("config")
+                .cloned()
+                .unwrap_or(Value::Object(Map::new()));
+            call_creds.push((kind, config));
+        }
+    }
     Ok(XdsServer {
         server_uri: uri,
         server_features,
         channel_creds,
+        call_creds,
     })
 }
 

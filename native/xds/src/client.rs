@@ -222,6 +222,11 @@ pub struct ClientOptions {
     /// the cached resource only with the server feature
     /// `fail_on_data_errors`, and `ignore_resource_deletion` is ignored.
     pub data_error_handling: bool,
+    /// gRFC A97's `call_creds` in the bootstrap, as C-core runs them behind
+    /// `GRPC_EXPERIMENTAL_XDS_BOOTSTRAP_CALL_CREDS` (the default reads that
+    /// variable, off when unset): `jwt_token_file` sends the file's JWT on
+    /// each ADS stream, over TLS only.
+    pub bootstrap_call_creds: bool,
 }
 
 /// Whether `GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING` is set to a true
@@ -239,6 +244,7 @@ impl Default for ClientOptions {
             does_not_exist_timeout: DOES_NOT_EXIST_TIMEOUT,
             validation: ValidationOptions::default(),
             data_error_handling: data_error_handling_from_env(),
+            bootstrap_call_creds: crate::call_creds::enabled_from_env(),
         }
     }
 }
@@ -543,6 +549,14 @@ impl XdsClient {
                 }
             }
         };
+        let call_creds = if options.bootstrap_call_creds {
+            crate::call_creds::from_bootstrap(&server.call_creds, "xds_servers[0]")?
+        } else {
+            Vec::new()
+        };
+        // C-core refuses to send call credentials over plaintext: every
+        // stream then fails, saying so.
+        let secure = matches!(server.channel_creds, ChannelCreds::Tls(_));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
@@ -576,6 +590,8 @@ impl XdsClient {
             timer_is_transient,
             // C-core reads resource_errors only with A88 on.
             read_resource_errors: options.data_error_handling,
+            call_creds,
+            secure,
             fail_on_data_errors: server.fail_on_data_errors(),
             node: bootstrap.node.clone(),
             types: HashMap::new(),
@@ -791,6 +807,10 @@ struct Actor {
     read_resource_errors: bool,
     /// The server has `fail_on_data_errors`.
     fail_on_data_errors: bool,
+    /// Call credentials for each stream (gRFC A97).
+    call_creds: Vec<crate::call_creds::JwtTokenFile>,
+    /// The channel to the server is TLS (call credentials may be sent).
+    secure: bool,
     node: envoy_types::pb::envoy::config::core::v3::Node,
     types: HashMap<ResourceKind, TypeState>,
     deadlines: HashMap<Key, Instant>,
@@ -992,8 +1012,15 @@ impl Actor {
         }
         drop(shared);
         log::debug!("xDS server {}: starting an ADS stream", self.server_uri);
+        let mut request = tonic::Request::new(UnboundedReceiverStream::new(rx));
+        if let Err(status) = self.authorize(request.metadata_mut()) {
+            return StreamEnd::Closed {
+                got_response: false,
+                status,
+            };
+        }
         let mut client = AggregatedDiscoveryServiceClient::new(self.channel.clone());
-        let call = client.stream_aggregated_resources(UnboundedReceiverStream::new(rx));
+        let call = client.stream_aggregated_resources(request);
         tokio::pin!(call);
         let mut inbound = loop {
             tokio::select! {
@@ -1042,6 +1069,30 @@ impl Actor {
         // Timers restart on the next stream for what is still uncached.
         self.deadlines.clear();
         end
+    }
+
+    /// Adds the call credentials' headers to a new stream's metadata.
+    fn authorize(&self, metadata: &mut tonic::metadata::MetadataMap) -> Result<(), tonic::Status> {
+        if self.call_creds.is_empty() {
+            return Ok(());
+        }
+        if !self.secure {
+            return Err(tonic::Status::unauthenticated(
+                "Established channel does not have a sufficient security level to transfer call \
+                 credential.",
+            ));
+        }
+        for creds in &self.call_creds {
+            let value = creds.authorization()?;
+            let value = value.parse().map_err(|_| {
+                tonic::Status::unauthenticated(format!(
+                    "the JWT token in {} is not a valid header value",
+                    creds.path().display()
+                ))
+            })?;
+            metadata.append("authorization", value);
+        }
+        Ok(())
     }
 
     fn clear_channel_error(&mut self) {

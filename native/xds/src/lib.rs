@@ -24,6 +24,7 @@
 
 pub mod backoff;
 pub mod bootstrap;
+pub mod call_creds;
 pub mod client;
 pub mod csds;
 pub mod error;

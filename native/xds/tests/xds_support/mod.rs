@@ -19,7 +19,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 };
 use envoy_types::pb::google::protobuf::Any;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
@@ -61,9 +61,13 @@ impl Kill {
     }
 }
 
+/// A byte stream: TCP, or TLS over it.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+
 /// A connection that fails every read and write once killed.
 pub struct Conn {
-    inner: TcpStream,
+    inner: Box<dyn Io>,
     kill: Arc<Kill>,
 }
 
@@ -128,6 +132,10 @@ struct State {
     version: u64,
     requests: Vec<Received>,
     streams: Vec<Instant>,
+    /// Each stream's `authorization` header, if it had one.
+    authorization: Vec<Option<String>>,
+    /// TLS for new connections.
+    tls: Option<Arc<rustls::ServerConfig>>,
     live: Vec<mpsc::Sender<Result<DiscoveryResponse, Status>>>,
     nonce: u64,
 }
@@ -150,6 +158,32 @@ impl Fixture {
     /// Starts on a free port.
     pub async fn start(mode: Mode) -> Fixture {
         Fixture::serving(TcpListener::bind("127.0.0.1:0").await.unwrap(), mode)
+    }
+
+    /// Starts on 127.0.0.1 serving ADS over TLS with `config`.
+    #[allow(dead_code)]
+    pub async fn start_tls(mode: Mode, config: Arc<rustls::ServerConfig>) -> Fixture {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let f = Fixture {
+            addr: listener.local_addr().unwrap(),
+            state: Arc::new(Mutex::new(State {
+                mode: Some(mode),
+                version: 1,
+                tls: Some(config),
+                ..Default::default()
+            })),
+            kill: Arc::new(Mutex::new(Arc::new(Kill::default()))),
+            task: Arc::new(Mutex::new(None)),
+        };
+        f.serve(listener);
+        f
+    }
+
+    /// Each stream's `authorization` header (None: it had none), in the
+    /// order the streams opened.
+    #[allow(dead_code)]
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        self.state.lock().unwrap().authorization.clone()
     }
 
     /// A free port with nothing listening (connections are refused).
@@ -185,15 +219,26 @@ impl Fixture {
             state: self.state.clone(),
         });
         let (tx, rx) = mpsc::channel::<std::io::Result<Conn>>(16);
+        let tls = self.state.lock().unwrap().tls.clone();
         let accept = tokio::spawn(async move {
             loop {
                 let Ok((s, _)) = listener.accept().await else {
                     return;
                 };
                 let _ = s.set_nodelay(true);
+                let inner: Box<dyn Io> = match &tls {
+                    None => Box::new(s),
+                    Some(config) => {
+                        let acceptor = tokio_rustls::TlsAcceptor::from(config.clone());
+                        match acceptor.accept(s).await {
+                            Ok(s) => Box::new(s),
+                            Err(_) => continue,
+                        }
+                    }
+                };
                 if tx
                     .send(Ok(Conn {
-                        inner: s,
+                        inner,
                         kill: kill.clone(),
                     }))
                     .await
@@ -363,8 +408,14 @@ impl AggregatedDiscoveryService for Svc {
         request: Request<Streaming<DiscoveryRequest>>,
     ) -> Result<Response<Out>, Status> {
         let (tx, rx) = mpsc::channel(64);
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let stream_id = {
             let mut s = self.state.lock().unwrap();
+            s.authorization.push(authorization);
             s.streams.push(Instant::now());
             s.live.push(tx.clone());
             s.streams.len() - 1
@@ -429,10 +480,13 @@ pub fn bootstrap(addr: SocketAddr, node: &str) -> tether_xds::Bootstrap {
 pub mod make {
     use envoy_types::pb::envoy::config::cluster::v3 as cpb;
     use envoy_types::pb::envoy::config::core::v3 as core;
+    use envoy_types::pb::envoy::config::endpoint::v3 as epb;
     use envoy_types::pb::envoy::config::listener::v3 as lpb;
+    use envoy_types::pb::envoy::config::route::v3 as rpb;
     use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
     use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
     use envoy_types::pb::google::protobuf::Any;
+    use envoy_types::pb::google::protobuf::UInt32Value;
     use tether_xds::resource::pack;
 
     pub fn ads() -> core::ConfigSource {
@@ -484,6 +538,72 @@ pub mod make {
             }),
             ..Default::default()
         })
+    }
+
+    /// One endpoint `addr` (`ip:port`) for cluster `name`, in one locality.
+    pub fn endpoints(name: &str, addr: &str) -> epb::ClusterLoadAssignment {
+        let (ip, port) = addr.rsplit_once(':').unwrap();
+        epb::ClusterLoadAssignment {
+            cluster_name: name.to_owned(),
+            endpoints: vec![epb::LocalityLbEndpoints {
+                locality: Some(core::Locality::default()),
+                load_balancing_weight: Some(UInt32Value { value: 1 }),
+                lb_endpoints: vec![epb::LbEndpoint {
+                    host_identifier: Some(epb::lb_endpoint::HostIdentifier::Endpoint(
+                        epb::Endpoint {
+                            address: Some(core::Address {
+                                address: Some(core::address::Address::SocketAddress(
+                                    core::SocketAddress {
+                                        address: ip.to_owned(),
+                                        port_specifier: Some(
+                                            core::socket_address::PortSpecifier::PortValue(
+                                                port.parse().unwrap(),
+                                            ),
+                                        ),
+                                        ..Default::default()
+                                    },
+                                )),
+                            }),
+                            ..Default::default()
+                        },
+                    )),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// A route sending `prefix` to `cluster`.
+    pub fn route(prefix: &str, cluster: &str) -> rpb::Route {
+        rpb::Route {
+            r#match: Some(rpb::RouteMatch {
+                path_specifier: Some(rpb::route_match::PathSpecifier::Prefix(prefix.to_owned())),
+                ..Default::default()
+            }),
+            action: Some(rpb::route::Action::Route(rpb::RouteAction {
+                cluster_specifier: Some(rpb::route_action::ClusterSpecifier::Cluster(
+                    cluster.to_owned(),
+                )),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }
+    }
+
+    /// A route configuration `name` with one virtual host for every domain.
+    pub fn route_config(name: &str, routes: Vec<rpb::Route>) -> rpb::RouteConfiguration {
+        rpb::RouteConfiguration {
+            name: name.to_owned(),
+            virtual_hosts: vec![rpb::VirtualHost {
+                name: "all".into(),
+                domains: vec!["*".into()],
+                routes,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
     }
 
     /// An EDS cluster with round robin.
