@@ -47,8 +47,8 @@ const ACK: u8 = 0x1;
 
 /// A server-side TCP stream with the behaviour described in the module
 /// documentation.
-pub struct GracefulSocket {
-    stream: Option<TcpStream>,
+pub struct GracefulSocket<S: AsyncRead + AsyncWrite + Unpin + Send + 'static = TcpStream> {
+    stream: Option<S>,
     /// What the client sends.
     inbound: FrameScanner,
     /// What the server sends.
@@ -59,9 +59,9 @@ pub struct GracefulSocket {
     pending: Vec<u8>,
 }
 
-impl GracefulSocket {
-    /// Wraps an accepted connection.
-    pub fn new(stream: TcpStream) -> Self {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> GracefulSocket<S> {
+    /// Wraps an accepted connection (TCP, or the plaintext side of TLS).
+    pub fn new(stream: S) -> Self {
         Self {
             stream: Some(stream),
             inbound: FrameScanner::new(PREFACE_LEN),
@@ -279,7 +279,7 @@ impl FrameScanner {
     }
 }
 
-impl AsyncRead for GracefulSocket {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> AsyncRead for GracefulSocket<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -315,7 +315,7 @@ impl AsyncRead for GracefulSocket {
     }
 }
 
-impl AsyncWrite for GracefulSocket {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> AsyncWrite for GracefulSocket<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -351,7 +351,7 @@ impl AsyncWrite for GracefulSocket {
     }
 }
 
-impl Drop for GracefulSocket {
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Drop for GracefulSocket<S> {
     fn drop(&mut self) {
         let Some(mut stream) = self.stream.take() else {
             return;

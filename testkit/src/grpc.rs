@@ -148,6 +148,33 @@ impl Backend<Grpc> {
         Self::start_wrapped_full(name, l, Duration::ZERO, None, None, Some(config), |r| r).await
     }
 
+    /// [`Backend::start_tls`] that also ends each connection gracefully once
+    /// it is `max_age` old, as [`Backend::start_rotating`] does: clients make
+    /// new TLS connections all the time.
+    pub async fn start_tls_rotating(
+        name: &str,
+        config: Arc<rustls::ServerConfig>,
+        max_age: Duration,
+    ) -> (GrpcBackend, Arc<AtomicU64>) {
+        let goaways = Arc::new(AtomicU64::new(0));
+        let rotation = Rotation {
+            max_age,
+            goaways: goaways.clone(),
+        };
+        let l = bind("127.0.0.1:0".parse().expect("addr")).await;
+        let backend = Self::start_wrapped_full(
+            name,
+            l,
+            Duration::ZERO,
+            None,
+            Some(rotation),
+            Some(config),
+            |r| r,
+        )
+        .await;
+        (backend, goaways)
+    }
+
     /// Starts a backend called `name` on `listener` (an address chosen by
     /// the caller, e.g. with [`crate::loopback_listener`]).
     pub async fn start_on_listener(name: &str, listener: tokio::net::TcpListener) -> GrpcBackend {
@@ -193,33 +220,36 @@ impl Backend<Grpc> {
             async move {
                 let builder = auto::Builder::new(TokioExecutor::new());
                 let builder = builder.http2_only();
-                if let Some(config) = tls {
-                    let Ok(stream) = tokio_rustls::TlsAcceptor::from(config).accept(stream).await
-                    else {
-                        return;
-                    };
-                    let cert = stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .map(|c| ClientCertificate(c.to_vec()));
-                    let svc = hyper::service::service_fn(
-                        move |mut req: tonic::codegen::http::Request<hyper::body::Incoming>| {
-                            if let Some(c) = &cert {
-                                req.extensions_mut().insert(c.clone());
-                            }
-                            hyper::service::Service::call(&svc, req)
-                        },
-                    );
-                    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
-                    return;
-                }
+                let (io, cert): (Box<dyn Io>, _) = match tls {
+                    Some(config) => {
+                        let Ok(stream) =
+                            tokio_rustls::TlsAcceptor::from(config).accept(stream).await
+                        else {
+                            return;
+                        };
+                        let cert = stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .map(|c| ClientCertificate(c.to_vec()));
+                        (Box::new(stream), cert)
+                    }
+                    None => (Box::new(stream), None),
+                };
+                let svc = hyper::service::service_fn(
+                    move |mut req: tonic::codegen::http::Request<hyper::body::Incoming>| {
+                        if let Some(c) = &cert {
+                            req.extensions_mut().insert(c.clone());
+                        }
+                        hyper::service::Service::call(&svc, req)
+                    },
+                );
                 let Some(rotation) = rotation else {
-                    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                    let _ = builder.serve_connection(TokioIo::new(io), svc).await;
                     return;
                 };
-                let conn = builder.serve_connection(TokioIo::new(GracefulSocket::new(stream)), svc);
+                let conn = builder.serve_connection(TokioIo::new(GracefulSocket::new(io)), svc);
                 tokio::pin!(conn);
                 tokio::select! {
                     _ = conn.as_mut() => return,
@@ -233,6 +263,10 @@ impl Backend<Grpc> {
         Backend::new(name, addr, served, task)
     }
 }
+
+/// A backend's connection: TCP, or TLS over it.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Io for T {}
 
 async fn bind(addr: SocketAddr) -> tokio::net::TcpListener {
     tokio::net::TcpListener::bind(addr)

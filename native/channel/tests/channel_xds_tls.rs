@@ -201,3 +201,138 @@ async fn mtls_from_the_control_plane_beside_c_core() {
         }
     }
 }
+
+/// A client certificate rotated under load, beside C-core: backends end
+/// every connection after 300 ms (GOAWAY), so both clients keep making new
+/// mTLS connections; the certificate files are rewritten mid-run (certificate
+/// then key, a torn pair in between). No call of either client fails, and
+/// new connections present the new certificate once the file watcher
+/// (`refresh_interval` 1 s) has read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_rotated_under_load_fails_no_call_beside_c_core() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let Ok(python) = grpcio::python_or_install(None).await else {
+        panic!("grpcio is needed (scripts/setup.sh installs it)");
+    };
+    let servers = Ca::new("server CA");
+    let clients = Ca::new("client CA");
+    let old = clients.issue(&["spiffe://tether.test/ns/default/sa/client"]);
+    let new = clients.issue(&["spiffe://tether.test/ns/default/sa/client"]);
+    let (secure, goaways) = GrpcBackend::start_tls_rotating(
+        "secure",
+        server_config(&servers.issue(&[BACKEND_ID, "127.0.0.1"]), Some(&clients)),
+        Duration::from_millis(300),
+    )
+    .await;
+    let plain = GrpcBackend::start("plain").await;
+    let dir = TempDir::new("xds-tls-rotation");
+    std::fs::write(dir.0.join("ca.pem"), servers.pem()).unwrap();
+    old.write(&dir.0, "client");
+    let (old_fp, new_fp) = (fingerprint(&old.cert_der), fingerprint(&new.cert_der));
+    let control = Control::start(&yaml(&secure, &plain, BACKEND_ID)).await;
+    let path = bootstrap(&control, &dir.0, "xds-tls-rotation");
+    let channel = Channel::builder()
+        .bootstrap(tether::xds::Bootstrap::from_file(&path).unwrap())
+        .connect("xds:///secure.tether.test")
+        .unwrap();
+    // C-core: 160 calls 50 ms apart, in its own process.
+    let ccore = grpcio::Client::new(&python, &path);
+    let theirs = tokio::spawn(async move {
+        ccore
+            .run(
+                &[
+                    "--xds-creds".into(),
+                    "--failures-ok".into(),
+                    "--pace".into(),
+                    "50".into(),
+                    "xds:///secure.tether.test".into(),
+                    "160".into(),
+                ],
+                None,
+            )
+            .await
+    });
+    // The channel: 8 callers until told to stop (at most 20,000 calls).
+    let stop = Arc::new(AtomicBool::new(false));
+    let ours = Arc::new(AtomicU64::new(0));
+    let mut callers = Vec::new();
+    for _ in 0..8 {
+        let (channel, stop, ours) = (channel.clone(), stop.clone(), ours.clone());
+        callers.push(tokio::spawn(async move {
+            let mut seen = Vec::new();
+            while !stop.load(Ordering::SeqCst) && ours.fetch_add(1, Ordering::SeqCst) < 20_000 {
+                let mut client = EchoClient::new(channel.clone());
+                seen.push(match client.echo(request()).await {
+                    Ok(r) => Ok(r
+                        .metadata()
+                        .get("x-client-cert")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned()),
+                    Err(s) => Err(s),
+                });
+            }
+            seen
+        }));
+    }
+    // Rotate once C-core has made 20 calls (the backend's count beyond ours).
+    let started = tether_testkit::wait_until(Duration::from_secs(30), || async {
+        secure.hits() >= ours.load(Ordering::SeqCst) + 20
+    })
+    .await;
+    assert!(started, "C-core made no calls");
+    std::fs::write(dir.0.join("client.pem"), &new.cert_pem).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // a torn pair for a while
+    std::fs::write(dir.0.join("client.key"), &new.key_pem).unwrap();
+    let theirs = theirs.await.unwrap().expect("the C-core run");
+    stop.store(true, Ordering::SeqCst);
+    let mut mine = Vec::new();
+    for c in callers {
+        mine.extend(c.await.unwrap());
+    }
+    let failed: Vec<_> = mine.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {:?}",
+        failed.len(),
+        mine.len(),
+        failed.first()
+    );
+    let presented = |fp: &str| {
+        mine.iter()
+            .filter(|r| r.as_deref().ok() == Some(fp))
+            .count()
+    };
+    assert!(
+        presented(&old_fp) > 0 && presented(&new_fp) > 0,
+        "old {} new {}",
+        presented(&old_fp),
+        presented(&new_fp)
+    );
+    assert!(
+        theirs.iter().all(|c| c.ok()),
+        "C-core: {:?}",
+        theirs.iter().find(|c| !c.ok())
+    );
+    let theirs_fp: Vec<_> = theirs
+        .iter()
+        .filter_map(|c| c.client_cert.clone())
+        .collect();
+    assert!(
+        theirs_fp.contains(&old_fp) && theirs_fp.contains(&new_fp),
+        "C-core presented {theirs_fp:?}"
+    );
+    assert!(
+        goaways.load(Ordering::SeqCst) > 10,
+        "the backend rotated connections"
+    );
+    println!(
+        "rotation: channel {} calls ({} old, {} new certificate), C-core {} calls, {} GOAWAYs",
+        mine.len(),
+        presented(&old_fp),
+        presented(&new_fp),
+        theirs.len(),
+        goaways.load(Ordering::SeqCst)
+    );
+}

@@ -140,8 +140,19 @@ fn read(config: &FileWatcher) -> Result<Material, String> {
         }
         let key_der = PrivateKeyDer::from_pem_slice(&read_file(key)?)
             .map_err(|e| format!("{}: no usable PRIVATE KEY block: {e}", key.display()))?;
-        rustls::crypto::ring::sign::any_supported_type(&key_der)
+        let signer = rustls::crypto::ring::sign::any_supported_type(&key_der)
             .map_err(|e| format!("{}: cannot sign with it: {e}", key.display()))?;
+        // A pair read halfway through a rotation (the new certificate, the
+        // old key) is no identity: the last good one stays, as in C-core.
+        rustls::sign::CertifiedKey::new(chain.clone(), signer)
+            .keys_match()
+            .map_err(|e| {
+                format!(
+                    "{} and {} do not belong together: {e}",
+                    cert.display(),
+                    key.display()
+                )
+            })?;
         material.identity = Some(Arc::new((chain, key_der)));
     }
     Ok(material)
@@ -246,16 +257,32 @@ mod tests {
         .await;
         assert!(rotated, "the rotated certificate was not taken");
 
-        std::fs::write(&cert, "not a certificate").unwrap();
+        // Halfway through a rotation: a new certificate beside the old key.
+        let third = ca.issue(&["three"]);
+        std::fs::write(&cert, &third.cert_pem).unwrap();
         rereads_after(&p, 2).await;
         assert_eq!(
             leaf(&p),
             Some(second.cert_der.clone()),
+            "a certificate without its key is not taken"
+        );
+        third.write(&dir, "id");
+        let rotated = tether_testkit::wait_until(Duration::from_secs(5), || async {
+            leaf(&p) == Some(third.cert_der.clone())
+        })
+        .await;
+        assert!(rotated, "the completed rotation was not taken");
+
+        std::fs::write(&cert, "not a certificate").unwrap();
+        rereads_after(&p, 2).await;
+        assert_eq!(
+            leaf(&p),
+            Some(third.cert_der.clone()),
             "the last good one stays"
         );
         std::fs::remove_file(&key).unwrap();
         rereads_after(&p, 2).await;
-        assert_eq!(leaf(&p), Some(second.cert_der.clone()));
+        assert_eq!(leaf(&p), Some(third.cert_der.clone()));
 
         let missing = Provider::file_watcher("id", &config);
         let error = missing.material().error.clone().expect("an error");
