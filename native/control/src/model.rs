@@ -819,8 +819,12 @@ pub struct ServiceSpec {
 #[serde(deny_unknown_fields)]
 pub struct ServiceTlsSpec {
     /// The clients' certificate provider instance holding the roots.
-    #[serde(rename = "caInstance")]
+    #[serde(default, rename = "caInstance")]
     pub ca_instance: String,
+    /// Verify servers against the clients' system roots instead of a
+    /// provider instance (gRFC A82's `system_root_certs`).
+    #[serde(default, rename = "systemRootCerts")]
+    pub system_root_certs: bool,
     /// The instance holding the client certificate (mTLS), if any.
     #[serde(default, rename = "identityInstance")]
     pub identity_instance: Option<String>,
@@ -1121,11 +1125,19 @@ impl Config {
                         "belongs on the services an aggregate service names",
                     ));
                 }
-                if t.ca_instance.is_empty() {
+                if t.ca_instance.is_empty() && !t.system_root_certs {
                     return Err(ModelError::invalid(
                         format!("{at}.tls.caInstance"),
                         "",
-                        "must name a certificate provider instance of the clients' bootstrap",
+                        "must name a certificate provider instance of the clients' bootstrap \
+                         (or set systemRootCerts: true)",
+                    ));
+                }
+                if !t.ca_instance.is_empty() && t.system_root_certs {
+                    return Err(ModelError::invalid(
+                        format!("{at}.tls.systemRootCerts"),
+                        "true",
+                        "cannot be set with caInstance (the roots come from one or the other)",
                     ));
                 }
                 for (k, m) in t.subject_alt_names.iter().enumerate() {

@@ -1033,7 +1033,11 @@ fn upstream_tls(t: &crate::model::ServiceTlsSpec) -> core::TransportSocket {
             validation_context_type: Some(
                 tls::common_tls_context::ValidationContextType::ValidationContext(
                     tls::CertificateValidationContext {
-                        ca_certificate_provider_instance: Some(instance(&t.ca_instance)),
+                        ca_certificate_provider_instance: (!t.system_root_certs)
+                            .then(|| instance(&t.ca_instance)),
+                        system_root_certs: t
+                            .system_root_certs
+                            .then_some(tls::certificate_validation_context::SystemRootCerts {}),
                         match_subject_alt_names: matchers,
                         ..Default::default()
                     },

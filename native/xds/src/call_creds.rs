@@ -30,8 +30,7 @@ pub const ENV: &str = "GRPC_EXPERIMENTAL_XDS_BOOTSTRAP_CALL_CREDS";
 
 /// Whether [`ENV`] is set to a true value (`true`, `yes`, `1`, any case).
 pub fn enabled_from_env() -> bool {
-    std::env::var(ENV)
-        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "yes" | "1"))
+    crate::client::env_flag(ENV)
 }
 
 /// The call credentials a bootstrap's server lists that tether supports

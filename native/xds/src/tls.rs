@@ -215,6 +215,11 @@ impl TlsConfig {
         })
     }
 
+    /// The roots a server's chain must end in.
+    pub fn roots(&self) -> Arc<RootCertStore> {
+        self.roots.clone()
+    }
+
     /// Whether a server name was set.
     pub fn has_server_name(&self) -> bool {
         self.server_name.is_some()

@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
 use envoy_types::pb::envoy::r#type::matcher::v3 as mpb;
 use envoy_types::pb::google::protobuf::{Any, BoolValue};
 use tether_xds::bootstrap::{CertificateProvider, DEFAULT_REFRESH_INTERVAL};
-use tether_xds::resource::security::{ProviderInstance, SanMatch, UpstreamTls};
+use tether_xds::resource::security::{ProviderInstance, Roots, SanMatch, UpstreamTls};
 use tether_xds::resource::{decode_with, pack, Resource, ResourceKind, ValidationOptions};
 use tether_xds::Bootstrap;
 
@@ -107,7 +107,7 @@ fn mtls_with_provider_instances_and_san_matchers() {
         instance_name: n.into(),
         certificate_name: "default".into(),
     };
-    assert_eq!(t.roots, provider("roots"));
+    assert_eq!(t.roots, Roots::Provider(provider("roots")));
     assert_eq!(t.identity, Some(provider("identity")));
     assert_eq!(t.san_matchers.len(), 2);
     assert_eq!(
@@ -145,8 +145,13 @@ fn the_deprecated_provider_fields_are_read() {
         ..Default::default()
     };
     let t = decode(&cluster(common)).unwrap().unwrap();
-    assert_eq!(t.roots.instance_name, "roots");
-    assert_eq!(t.roots.certificate_name, "ROOTCA");
+    assert_eq!(
+        t.roots,
+        Roots::Provider(ProviderInstance {
+            instance_name: "roots".into(),
+            certificate_name: "ROOTCA".into()
+        })
+    );
     assert_eq!(t.identity.unwrap().instance_name, "identity");
     assert_eq!(t.san_matchers.len(), 1);
 
@@ -165,7 +170,7 @@ fn the_deprecated_provider_fields_are_read() {
         ..Default::default()
     };
     let t = decode(&cluster(common)).unwrap().unwrap();
-    assert_eq!(t.roots.instance_name, "roots");
+    assert!(matches!(&t.roots, Roots::Provider(p) if p.instance_name == "roots"));
     assert_eq!(t.identity, None);
 }
 
@@ -377,4 +382,31 @@ fn bootstrap_certificate_providers() {
     ] {
         assert_eq!(bootstrap(providers).unwrap_err(), expected);
     }
+}
+
+/// gRFC A82's `system_root_certs`: the system's roots when no provider
+/// names roots; a provider instance wins over it (grpcio 1.85 reads the
+/// field without A82's environment variable, and so does tether).
+#[test]
+fn system_root_certs_as_c_core_reads_them() {
+    let system_only = tls::CommonTlsContext {
+        validation_context_type: Some(V::ValidationContext(tls::CertificateValidationContext {
+            system_root_certs: Some(tls::certificate_validation_context::SystemRootCerts {}),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    assert_eq!(
+        decode(&cluster(system_only)).unwrap().unwrap().roots,
+        Roots::System
+    );
+    let mut both = mtls();
+    if let Some(V::ValidationContext(v)) = &mut both.validation_context_type {
+        v.system_root_certs = Some(tls::certificate_validation_context::SystemRootCerts {});
+    }
+    let roots = decode(&cluster(both)).unwrap().unwrap().roots;
+    assert!(
+        matches!(&roots, Roots::Provider(p) if p.instance_name == "roots"),
+        "{roots:?}"
+    );
 }

@@ -14,7 +14,7 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use tether_xds::resource::security::{SanMatcher, UpstreamTls};
+use tether_xds::resource::security::{Roots, SanMatcher, UpstreamTls};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
@@ -26,14 +26,18 @@ use super::HandshakeError;
 /// cluster carry it, and subchannels with equal ones are shared.
 pub struct XdsSecurity {
     config: UpstreamTls,
-    roots: Arc<Provider>,
+    /// The roots' provider; `None`: the system's roots (gRFC A82).
+    roots: Option<Arc<Provider>>,
     identity: Option<Arc<Provider>>,
 }
 
 impl fmt::Debug for XdsSecurity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("XdsSecurity")
-            .field("roots", &self.roots.name())
+            .field(
+                "roots",
+                &self.roots.as_ref().map_or("(system)", |p| p.name()),
+            )
             .field("identity", &self.identity.as_ref().map(|p| p.name()))
             .field("san_matchers", &self.config.san_matchers.len())
             .finish()
@@ -50,7 +54,11 @@ impl XdsSecurity {
     /// The cluster's TLS over the store's provider instances.
     pub(crate) fn new(config: &UpstreamTls, store: &ProviderStore) -> Result<Self, String> {
         Ok(XdsSecurity {
-            roots: store.get(&config.roots.instance_name)?,
+            roots: match &config.roots {
+                Roots::Provider(p) => Some(store.get(&p.instance_name)?),
+                Roots::System => None,
+                other => return Err(format!("roots {other:?} are not supported")),
+            },
             identity: config
                 .identity
                 .as_ref()
@@ -62,17 +70,22 @@ impl XdsSecurity {
 
     /// A rustls config from the providers' material as it is now.
     fn client_config(&self) -> Result<ClientConfig, String> {
-        let roots_material = self.roots.material();
-        let roots = match (&roots_material.roots, &roots_material.error) {
-            (Some(r), _) => r.clone(),
-            (None, Some(e)) => {
-                return Err(format!("certificate provider {:?}: {e}", self.roots.name()))
-            }
-            (None, None) => {
-                return Err(format!(
-                    "certificate provider {:?} has no CA certificates (ca_certificate_file)",
-                    self.roots.name()
-                ))
+        let roots = match &self.roots {
+            None => system_roots()?,
+            Some(p) => {
+                let m = p.material();
+                match (&m.roots, &m.error) {
+                    (Some(r), _) => r.clone(),
+                    (None, Some(e)) => {
+                        return Err(format!("certificate provider {:?}: {e}", p.name()))
+                    }
+                    (None, None) => {
+                        return Err(format!(
+                        "certificate provider {:?} has no CA certificates (ca_certificate_file)",
+                        p.name()
+                    ))
+                    }
+                }
             }
         };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -119,6 +132,20 @@ impl XdsSecurity {
         let name = ServerName::IpAddress(address.ip().into());
         tether_xds::tls::connect_h2(Arc::new(config), name, stream).await
     }
+}
+
+/// The system's roots, read once per process (the platform's store, or
+/// the file `SSL_CERT_FILE` names).
+fn system_roots() -> Result<Arc<RootCertStore>, String> {
+    static ROOTS: std::sync::OnceLock<Result<Arc<RootCertStore>, String>> =
+        std::sync::OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            tether_xds::tls::TlsConfig::from_system_roots()
+                .map(|c| c.roots())
+                .map_err(|e| e.to_string())
+        })
+        .clone()
 }
 
 /// Verifies the chain against the roots without a host name, then the

@@ -8,11 +8,16 @@
 //! sends both); what gRPC does not support (`tls_params`,
 //! `custom_handshaker`, inline certificates or SDS secrets, SPKI or hash
 //! pins, signed certificate timestamps, CRLs, a custom validator,
-//! `transport_socket_matches`, the system roots (gRFC A82, not yet here))
-//! and a provider instance the bootstrap does not define NACK the cluster,
+//! `transport_socket_matches`) and a provider instance the bootstrap does
+//! not define NACK the cluster,
 //! naming the field. Fields A29 ignores (`sni`, `allow_renegotiation`,
 //! `max_session_keys`, ALPN lists...) are ignored, and so, as C-core does,
 //! are an inline `trusted_ca` and `match_typed_subject_alt_names`.
+//!
+//! `system_root_certs` (gRFC A82): when the CA provider instance is unset,
+//! the server's chain must end in the system's roots. A82 guards it with
+//! `GRPC_EXPERIMENTAL_XDS_SYSTEM_ROOT_CERTS`; grpcio 1.85 reads it whatever
+//! that variable says, and so does tether.
 
 use envoy_types::pb::envoy::config::cluster::v3 as cpb;
 use envoy_types::pb::envoy::config::core::v3::transport_socket::ConfigType;
@@ -61,12 +66,22 @@ pub struct SanMatcher {
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamTls {
     /// Where the roots a server's chain must end in come from.
-    pub roots: ProviderInstance,
+    pub roots: Roots,
     /// Where the client's certificate and key come from (mTLS), if any.
     pub identity: Option<ProviderInstance>,
     /// A server certificate must have a SAN matching one of these; any
     /// certificate that chains to the roots when empty.
     pub san_matchers: Vec<SanMatcher>,
+}
+
+/// Where a cluster's roots come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Roots {
+    /// A bootstrap certificate provider instance.
+    Provider(ProviderInstance),
+    /// The system's roots (gRFC A82's `system_root_certs`).
+    System,
 }
 
 /// The TLS a cluster asks for; `None` without a `transport_socket`.
@@ -118,17 +133,18 @@ fn provider(c: &mut Check, i: &tls::CertificateProviderPluginInstance) -> Option
 fn common_tls(c: &mut Check, t: &tls::CommonTlsContext) -> Option<UpstreamTls> {
     let mut ok = true;
     let mut roots = None;
+    let mut system = false;
     let mut san_matchers = Vec::new();
     match &t.validation_context_type {
         Some(V::ValidationContext(v)) => {
             c.at("validation_context", |c| {
-                ok &= validation_context(c, v, &mut roots, &mut san_matchers);
+                ok &= validation_context(c, v, &mut roots, &mut system, &mut san_matchers);
             });
         }
         Some(V::CombinedValidationContext(combined)) => c.at("combined_validation_context", |c| {
             if let Some(v) = &combined.default_validation_context {
                 c.at("default_validation_context", |c| {
-                    ok &= validation_context(c, v, &mut roots, &mut san_matchers);
+                    ok &= validation_context(c, v, &mut roots, &mut system, &mut san_matchers);
                 });
             }
             if roots.is_none() {
@@ -195,6 +211,11 @@ fn common_tls(c: &mut Check, t: &tls::CommonTlsContext) -> Option<UpstreamTls> {
         c.fail_at("custom_handshaker", "is not supported");
         ok = false;
     }
+    let roots = match (roots, system) {
+        (Some(p), _) => Some(Roots::Provider(p)),
+        (None, true) => Some(Roots::System),
+        (None, false) => None,
+    };
     let Some(roots) = roots else {
         if ok {
             c.fail("no CA certificate provider instance configured");
@@ -214,6 +235,7 @@ fn validation_context(
     c: &mut Check,
     v: &tls::CertificateValidationContext,
     roots: &mut Option<ProviderInstance>,
+    system: &mut bool,
     san_matchers: &mut Vec<SanMatcher>,
 ) -> bool {
     let mut ok = true;
@@ -228,13 +250,11 @@ fn validation_context(
         *roots = c.at("ca_certificate_provider_instance", |c| provider(c, i));
         ok &= roots.is_some();
     }
+    // A82: the system's roots, when no provider names them.
+    *system = roots.is_none() && v.system_root_certs.is_some();
     // C-core reads neither an inline `trusted_ca` nor typed SAN matchers:
     // they are ignored (the roots must then come from a provider).
-    let refused: [(&str, bool); 6] = [
-        (
-            "system_root_certs",
-            roots.is_none() && v.system_root_certs.is_some(),
-        ),
+    let refused: [(&str, bool); 5] = [
         (
             "verify_certificate_spki",
             !v.verify_certificate_spki.is_empty(),
