@@ -16,6 +16,9 @@
 #      round robin with outlier detection over xDS (goals: >= 0.95 x plain
 #      tonic's calls/s, p99 within 10%; sessions >= 0.95 x the same channel
 #      without; least_request and outlier detection >= 0.95 x round robin);
+#      and TLS rows against an mTLS backend: tonic with its own TLS
+#      (tls-ring), the channel with ChannelBuilder::tls and with xDS mTLS
+#      (A29, file_watcher) (goals >= 0.95 x tonic with TLS, p99 within 10%);
 #   5. instructions per unary call under valgrind's callgrind, the client in
 #      a process of its own: plain tonic, tether::Channel over the same one
 #      endpoint, and with a session (goals <= 1.05 x plain tonic, sessions
@@ -26,7 +29,8 @@
 #   scripts/bench-channel.sh --quick    a smoke run (0.3 s per configuration), under 30 s once built
 # Options (passed to the bench binary): --duration SECS  --warmup SECS  --rounds N
 #   --eds-rounds N  --only eds,updates,picker,throughput,instructions
-#   --kinds plain,balance,one,static,session,sessions,xds,least_request,outlier_detection
+#   --kinds plain,balance,one,static,session,sessions,xds,least_request,outlier_detection,
+#           weighted_round_robin,tonic_tls,tls,xds_mtls
 # Exits non-zero when a configuration fails calls or a part cannot run;
 # missed goals are reported, not failures.
 set -euo pipefail
