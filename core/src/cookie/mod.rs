@@ -317,7 +317,8 @@ pub fn decode(value: &str, keys: &KeyRing) -> Result<Decoded, DecodeError> {
     let (cookie, format, mac) = if let Some(text) = text::as_text(bytes) {
         let (cookie, format) = text::parse(text)?;
         if format == Format::Legacy && !envoy_misreads {
-            envoy_misreads = !readers::legacy_text_read_by_envoy(cookie.addresses.primary());
+            // The bytes as sent are what Envoy parses.
+            envoy_misreads = !readers::text_read_by_envoy(bytes);
         }
         (cookie, format, None)
     } else if let Some(addr) = readers::guarded_address(bytes) {

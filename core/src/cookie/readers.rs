@@ -302,8 +302,14 @@ fn envoy_proto(bytes: &[u8]) -> Option<(&str, u64)> {
 /// Whether a plain `legacy` text for `addr` is read by stock Envoy's cookie
 /// reader (it is by every other reader).
 pub fn legacy_text_read_by_envoy(addr: SocketAddr) -> bool {
-    let text = address::to_text(&addr);
-    envoy_proto(text.as_bytes()).is_none()
+    text_read_by_envoy(address::to_text(&addr).as_bytes())
+}
+
+/// Whether stock Envoy's cookie reader falls back to reading `text` (a
+/// decoded text payload) as `ip:port`: it does unless the bytes parse as its
+/// protobuf `Cookie` (which, for text, never holds an address).
+pub(super) fn text_read_by_envoy(text: &[u8]) -> bool {
+    envoy_proto(text).is_none()
 }
 
 /// The `legacy` payload for `addr` that every cookie reader takes: the plain
