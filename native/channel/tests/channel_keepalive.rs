@@ -242,6 +242,18 @@ async fn calm_server() -> SocketAddr {
     addr
 }
 
+/// The keepalive time the subchannels of `channel` use next.
+async fn keepalive_ms(channel: &Channel) -> Option<u64> {
+    let stats = channel.stats().await.expect("the channel answers");
+    fn walk(n: &tether::lb::PolicyStats) -> Option<u64> {
+        n.endpoints
+            .iter()
+            .find_map(|e| e.keepalive_time_ms)
+            .or_else(|| n.children.iter().find_map(walk))
+    }
+    walk(&stats.tree)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_pings_doubles_the_keepalive_time() {
     let addr = calm_server().await;
@@ -249,16 +261,7 @@ async fn too_many_pings_doubles_the_keepalive_time() {
         .keepalive(KeepaliveOptions::new(Duration::from_millis(300)))
         .connect_static(StaticConfig::new("calm", vec![StaticEndpoint::new(addr)]))
         .unwrap();
-    let keepalive_ms = || async {
-        let stats = channel.stats().await.expect("the channel answers");
-        fn walk(n: &tether::lb::PolicyStats) -> Option<u64> {
-            n.endpoints
-                .iter()
-                .find_map(|e| e.keepalive_time_ms)
-                .or_else(|| n.children.iter().find_map(walk))
-        }
-        walk(&stats.tree)
-    };
+    let keepalive_ms = || keepalive_ms(&channel);
     assert_eq!(keepalive_ms().await, Some(300));
     // A call makes the channel connect; the server then sends its GOAWAY.
     let mut client = EchoClient::new(channel.clone());
@@ -268,4 +271,56 @@ async fn too_many_pings_doubles_the_keepalive_time() {
     })
     .await;
     assert!(doubled, "keepalive time is {:?}", keepalive_ms().await);
+}
+
+/// Against a real gRPC server (C-core, PyPI grpcio) with its default ping
+/// policy (pings without data at most every 5 minutes, 2 strikes): a call
+/// held 3 s while the channel pings every 100 ms earns C-core's GOAWAY
+/// ENHANCE_YOUR_CALM "too_many_pings", and the channel doubles its keepalive
+/// time (gRFC A8); the next connection's calls then complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_grpc_server_s_too_many_pings_doubles_the_keepalive_time() {
+    use tokio::io::AsyncBufReadExt;
+    let python = tether_testkit::grpcio::python_or_install(None)
+        .await
+        .expect("grpcio is needed (scripts/setup.sh installs it)");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testkit/peers/grpc_echo_server.py");
+    let mut server = tether_testkit::command(&python)
+        .arg(&script)
+        .args(["c-core", "3000"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the grpcio server");
+    let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the grpcio server started")
+        .unwrap()
+        .expect("its address");
+    let addr: SocketAddr = first
+        .strip_prefix("listening on ")
+        .expect("listening on ADDR")
+        .parse()
+        .unwrap();
+    let channel = Channel::builder()
+        .keepalive(KeepaliveOptions::new(Duration::from_millis(100)))
+        .connect_static(StaticConfig::new("c-core", vec![StaticEndpoint::new(addr)]))
+        .unwrap();
+    assert_eq!(keepalive_ms(&channel).await, Some(100));
+    let mut client = EchoClient::new(channel.clone());
+    let first = client.echo(request("held")).await;
+    let doubled = tether_testkit::wait_until(Duration::from_secs(10), || async {
+        keepalive_ms(&channel).await.is_some_and(|ms| ms >= 200)
+    })
+    .await;
+    assert!(
+        doubled,
+        "keepalive time {:?} (first call: {first:?})",
+        keepalive_ms(&channel).await
+    );
+    drop(server.stdin.take());
+    let _ = server.wait().await;
 }
