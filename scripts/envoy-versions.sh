@@ -14,7 +14,7 @@ py=${PYTHON:-python3}
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(1.36.4 1.37.0 1.38.2 1.39.3 1.40.0)
 tests=(envoy_plugin envoy_native envoy_config envoy_expiry interop_matrix cookie_readers
-  control_plugin grpc_through_envoy cookies_into_channel hash_parity demo_story)
+  control_plugin grpc_through_envoy cookies_into_channel hash_parity demo_story envoy_mtls)
 args=()
 for t in "${tests[@]}"; do args+=(--test "$t"); done
 

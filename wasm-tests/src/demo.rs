@@ -264,14 +264,8 @@ impl Stage {
             .echo(req)
             .await
             .map_err(|e| format!("tether::Channel: {e}"))?;
-        let headers: Vec<(String, String)> = resp
-            .metadata()
-            .clone()
-            .into_headers()
-            .iter()
-            .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
-            .collect();
-        let mut set = session_cookies(&headers);
+        let set_cookies = crate::scenario::metadata_cookies(resp.metadata());
+        let mut set = set_cookies;
         Ok(Hop {
             backend: resp.into_inner().backend,
             set: set.pop(),

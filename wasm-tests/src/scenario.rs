@@ -382,6 +382,18 @@ impl Minted {
     }
 }
 
+/// The session cookies set in a gRPC response's metadata (its initial
+/// metadata's `set-cookie` values).
+pub fn metadata_cookies(metadata: &tonic::metadata::MetadataMap) -> Vec<Minted> {
+    let headers: Vec<(String, String)> = metadata
+        .clone()
+        .into_headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
+        .collect();
+    session_cookies(&headers)
+}
+
 /// Every `Set-Cookie` of the session cookie in `headers`, decoded.
 pub fn session_cookies(headers: &[(String, String)]) -> Vec<Minted> {
     headers

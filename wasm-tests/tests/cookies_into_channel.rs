@@ -15,7 +15,7 @@ use tether_testkit::free_port;
 use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
 use tether_wasm_tests::scenario::{
     bootstrap, http2_upstream, listener, native_cookie_filter, override_host_cluster,
-    plugin_config, plugin_filter, route, session_cookies, start_envoy, static_cluster, COOKIE,
+    plugin_config, plugin_filter, route, start_envoy, static_cluster, COOKIE,
 };
 
 const CALLS: usize = 20;
@@ -63,17 +63,8 @@ where
         req.metadata_mut().insert("cookie", c.parse().unwrap());
     }
     let resp = client.echo(req).await.expect("the call succeeds");
-    let headers: Vec<(String, String)> = resp
-        .metadata()
-        .clone()
-        .into_headers()
-        .iter()
-        .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
-        .collect();
-    let cookies = session_cookies(&headers)
-        .iter()
-        .map(|m| m.cookie_header())
-        .collect();
+    let set_cookies = tether_wasm_tests::scenario::metadata_cookies(resp.metadata());
+    let cookies = set_cookies.iter().map(|m| m.cookie_header()).collect();
     (resp.into_inner().backend, cookies)
 }
 

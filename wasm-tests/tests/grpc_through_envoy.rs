@@ -9,7 +9,7 @@ use tether_testkit::free_port;
 use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
 use tether_wasm_tests::scenario::{
     bootstrap, grpc_value, http2_upstream, listener, override_host_cluster, plugin_config,
-    plugin_filter, route, session_cookies, start_envoy, COOKIE,
+    plugin_filter, route, start_envoy, COOKIE,
 };
 use tonic::transport::{Channel, Endpoint};
 
@@ -30,19 +30,13 @@ async fn call(
         req.metadata_mut().insert("cookie", c.parse().unwrap());
     }
     let resp = client.echo(req).await.expect("the call succeeds");
-    let headers: Vec<(String, String)> = resp
-        .metadata()
-        .clone()
-        .into_headers()
-        .iter()
-        .map(|(n, v)| (n.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
-        .collect();
+    let set_cookies = tether_wasm_tests::scenario::metadata_cookies(resp.metadata());
     let seen = resp
         .metadata()
         .get("x-seen-cookie")
         .map(|v| v.to_str().unwrap_or("").to_string());
-    let mut minted = session_cookies(&headers);
-    assert!(minted.len() <= 1, "{headers:?}");
+    let mut minted = set_cookies;
+    assert!(minted.len() <= 1, "{minted:?}");
     (resp.into_inner().backend, minted.pop(), seen)
 }
 

@@ -297,16 +297,10 @@ impl Stage {
                 .insert("cookie", c.parse().expect("a metadata value"));
         }
         let resp = client.echo(req).await.expect("the channel's call");
-        let headers: Vec<(String, String)> = resp
-            .metadata()
-            .clone()
-            .into_headers()
-            .iter()
-            .map(|(n, v)| (n.as_str().to_owned(), v.to_str().unwrap_or("").to_owned()))
-            .collect();
+        let set_cookies = tether_wasm_tests::scenario::metadata_cookies(resp.metadata());
         Reply {
             backend: resp.into_inner().backend,
-            set: session_cookies(&headers),
+            set: set_cookies,
         }
     }
 

@@ -832,6 +832,26 @@ pub struct ServiceTlsSpec {
     /// certificate that chains when empty).
     #[serde(default, rename = "subjectAltNames")]
     pub subject_alt_names: Vec<SanMatcherSpec>,
+    /// The same TLS for Envoy's clusters, from files on the Envoy hosts
+    /// (Envoy has no certificate provider instances); without it Envoy
+    /// speaks plaintext to the service.
+    #[serde(default)]
+    pub envoy: Option<EnvoyTlsFiles>,
+}
+
+/// `tls.envoy`: the files an Envoy reads for a service's TLS.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EnvoyTlsFiles {
+    /// The roots (PEM).
+    #[serde(rename = "caFile")]
+    pub ca_file: String,
+    /// The client certificate chain (PEM), for mTLS.
+    #[serde(default, rename = "certificateFile")]
+    pub certificate_file: Option<String>,
+    /// Its private key (PEM).
+    #[serde(default, rename = "privateKeyFile")]
+    pub private_key_file: Option<String>,
 }
 
 /// One SAN matcher: exactly one of `exact`, `prefix`, `suffix`,
@@ -1132,6 +1152,27 @@ impl Config {
                         "must name a certificate provider instance of the clients' bootstrap \
                          (or set systemRootCerts: true)",
                     ));
+                }
+                if let Some(e) = &t.envoy {
+                    if e.ca_file.is_empty() {
+                        return Err(ModelError::invalid(
+                            format!("{at}.tls.envoy.caFile"),
+                            "",
+                            "must name the roots' file on the Envoy hosts",
+                        ));
+                    }
+                    let (missing, with) = match (&e.certificate_file, &e.private_key_file) {
+                        (Some(_), None) => ("privateKeyFile", "certificateFile"),
+                        (None, Some(_)) => ("certificateFile", "privateKeyFile"),
+                        _ => ("", ""),
+                    };
+                    if !missing.is_empty() {
+                        return Err(ModelError::invalid(
+                            format!("{at}.tls.envoy.{missing}"),
+                            "",
+                            format!("must be set with {with} (or neither, for TLS without a client certificate)"),
+                        ));
+                    }
                 }
                 if !t.ca_instance.is_empty() && t.system_root_certs {
                     return Err(ModelError::invalid(

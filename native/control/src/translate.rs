@@ -958,8 +958,10 @@ fn cluster(
     if let Some(od) = &spec.outlier_detection {
         c.outlier_detection = Some(outlier_detection(&od.settings()));
     }
-    if let (Some(t), Flavor::Proxyless) = (&spec.tls, flavor) {
-        c.transport_socket = Some(upstream_tls(t));
+    match (&spec.tls, flavor) {
+        (Some(t), Flavor::Proxyless) => c.transport_socket = Some(upstream_tls(t)),
+        (Some(t), Flavor::Envoy) => c.transport_socket = envoy_upstream_tls(t),
+        _ => {}
     }
     if flavor == Flavor::Envoy && spec.protocol == Protocol::H2c {
         let opts = uhttp::HttpProtocolOptions {
@@ -997,36 +999,11 @@ fn cluster(
 #[allow(deprecated)]
 fn upstream_tls(t: &crate::model::ServiceTlsSpec) -> core::TransportSocket {
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
-    use envoy_types::pb::envoy::r#type::matcher::v3 as mpb;
-    use mpb::string_matcher::MatchPattern as M;
     let instance = |name: &str| tls::CertificateProviderPluginInstance {
         instance_name: name.to_owned(),
         certificate_name: String::new(),
     };
-    let matchers = t
-        .subject_alt_names
-        .iter()
-        .filter_map(|m| {
-            let pattern = if let Some(v) = &m.exact {
-                M::Exact(v.clone())
-            } else if let Some(v) = &m.prefix {
-                M::Prefix(v.clone())
-            } else if let Some(v) = &m.suffix {
-                M::Suffix(v.clone())
-            } else if let Some(v) = &m.contains {
-                M::Contains(v.clone())
-            } else {
-                M::SafeRegex(mpb::RegexMatcher {
-                    regex: m.regex.clone()?,
-                    ..Default::default()
-                })
-            };
-            Some(mpb::StringMatcher {
-                match_pattern: Some(pattern),
-                ignore_case: m.ignore_case,
-            })
-        })
-        .collect();
+    let matchers = san_matchers(t);
     let context = tls::UpstreamTlsContext {
         common_tls_context: Some(tls::CommonTlsContext {
             tls_certificate_provider_instance: t.identity_instance.as_deref().map(instance),
@@ -1053,6 +1030,100 @@ fn upstream_tls(t: &crate::model::ServiceTlsSpec) -> core::TransportSocket {
             &context,
         ))),
     }
+}
+
+/// A service's `subjectAltNames` as xDS string matchers.
+fn san_matchers(
+    t: &crate::model::ServiceTlsSpec,
+) -> Vec<envoy_types::pb::envoy::r#type::matcher::v3::StringMatcher> {
+    use envoy_types::pb::envoy::r#type::matcher::v3 as mpb;
+    use mpb::string_matcher::MatchPattern as M;
+    t.subject_alt_names
+        .iter()
+        .filter_map(|m| {
+            let pattern = if let Some(v) = &m.exact {
+                M::Exact(v.clone())
+            } else if let Some(v) = &m.prefix {
+                M::Prefix(v.clone())
+            } else if let Some(v) = &m.suffix {
+                M::Suffix(v.clone())
+            } else if let Some(v) = &m.contains {
+                M::Contains(v.clone())
+            } else {
+                M::SafeRegex(mpb::RegexMatcher {
+                    regex: m.regex.clone()?,
+                    ..Default::default()
+                })
+            };
+            Some(mpb::StringMatcher {
+                match_pattern: Some(pattern),
+                ignore_case: m.ignore_case,
+            })
+        })
+        .collect()
+}
+
+/// An Envoy cluster's `transport_socket` for a service's `tls.envoy`: the
+/// same SAN matchers (typed, for every SAN type, since a proxyless
+/// matcher looks at all of them), the roots and identity from files, ALPN
+/// `h2`. `None` without `tls.envoy`.
+fn envoy_upstream_tls(t: &crate::model::ServiceTlsSpec) -> Option<core::TransportSocket> {
+    use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
+    let files = t.envoy.as_ref()?;
+    let file = |path: &str| core::DataSource {
+        specifier: Some(core::data_source::Specifier::Filename(path.to_owned())),
+        ..Default::default()
+    };
+    let untyped = san_matchers(t);
+    use tls::subject_alt_name_matcher::SanType;
+    let typed = untyped
+        .iter()
+        .flat_map(|m| {
+            [
+                SanType::Dns,
+                SanType::Uri,
+                SanType::IpAddress,
+                SanType::Email,
+            ]
+            .into_iter()
+            .map(move |san_type| tls::SubjectAltNameMatcher {
+                san_type: san_type as i32,
+                matcher: Some(m.clone()),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let identity = match (&files.certificate_file, &files.private_key_file) {
+        (Some(cert), Some(key)) => vec![tls::TlsCertificate {
+            certificate_chain: Some(file(cert)),
+            private_key: Some(file(key)),
+            ..Default::default()
+        }],
+        _ => Vec::new(),
+    };
+    let context = tls::UpstreamTlsContext {
+        common_tls_context: Some(tls::CommonTlsContext {
+            tls_certificates: identity,
+            validation_context_type: Some(
+                tls::common_tls_context::ValidationContextType::ValidationContext(
+                    tls::CertificateValidationContext {
+                        trusted_ca: Some(file(&files.ca_file)),
+                        match_typed_subject_alt_names: typed,
+                        ..Default::default()
+                    },
+                ),
+            ),
+            alpn_protocols: vec!["h2".to_owned()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    Some(core::TransportSocket {
+        name: "envoy.transport_sockets.tls".to_owned(),
+        config_type: Some(core::transport_socket::ConfigType::TypedConfig(pack(
+            &context,
+        ))),
+    })
 }
 
 /// CDS `outlier_detection` for gRPC's settings (gRFC A50's mapping):

@@ -727,6 +727,24 @@ fn tls_reaches_proxyless_clusters_as_an_upstream_tls_context() {
         "{ exact: a",
     );
     assert!(err(&yaml.replace("caInstance", "caInstanse")).contains("caInstanse"));
+    // `tls.envoy`: Envoy's clusters get the same TLS from files.
+    let with_envoy = yaml.replace(
+        "    endpoints:\n      - address: \"[::1]:9001\"",
+        "      envoy:\n        caFile: /certs/ca.pem\n        certificateFile: /certs/c.pem\n        \
+         privateKeyFile: /certs/k.pem\n    endpoints:\n      - address: \"[::1]:9001\"",
+    );
+    assert_ne!(with_envoy, yaml, "the fixture changed");
+    let t = translate(&Config::parse(&with_envoy).unwrap());
+    let e = cpb::Cluster::decode(t.envoy[&ResourceKind::Cluster]["api"].value.as_slice()).unwrap();
+    let socket = e.transport_socket.expect("Envoy's cluster has TLS");
+    assert_eq!(socket.name, "envoy.transport_sockets.tls");
+    let missing_key = err(&with_envoy.replace("        privateKeyFile: /certs/k.pem\n", ""));
+    assert!(
+        missing_key.starts_with(
+            "services[1].tls.envoy.privateKeyFile: \"\" must be set with certificateFile"
+        ),
+        "{missing_key}"
+    );
 }
 
 #[test]
