@@ -17,17 +17,8 @@ from concurrent import futures
 
 import grpc
 
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+# The client peer beside this script encodes varints the same way.
+from grpc_xds_client import varint
 
 
 def field(number, text):
