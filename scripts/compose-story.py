@@ -21,6 +21,13 @@ of a backend container, and tether-control's file in the mounted folder.
    cookie, the others stay, and no call stalls. Then the backend is taken
    out of tether-control's file, and Envoy and the channel stop listing it.
 
+With TETHER_MTLS=1 the project is the mTLS variant
+(envoy-configs/docker-compose.mtls.yml): tether-control reads
+tether-mtls.yaml, the C-core client uses xDS credentials, and a step checks
+that every hop is mTLS: the backends refuse a plaintext call, Envoy made TLS
+handshakes to them and to tether-control, and the backends saw the demo's
+client certificate from Envoy and from C-core.
+
 Usage: compose-story.py CONFIG_DIR NET HTTP_PORT ADMIN_PORT SERVICE=CONTAINER...
 Prints the story as a table with a verdict per step; exits 1 when a step
 fails.
@@ -50,6 +57,11 @@ ENVOY_CALLS = 100
 SLEEP_MS = 50
 # A call slower than this during the stop counts as a stall.
 STALL_S = 3.0
+# The mTLS variant (docker-compose.mtls.yml).
+MTLS = os.environ.get("TETHER_MTLS") == "1"
+CONFIG_FILE = "tether-mtls.yaml" if MTLS else "tether.yaml"
+# grpc_xds_client.py's credentials: xDS ones where clusters ask for mTLS.
+CCORE_CREDS = ["--xds-creds"] if MTLS else []
 # Sessions' HTTP/2 keepalive, time and timeout (gRFC A8), as Envoy's in
 # envoy-configs/compose/tether.yaml: a backend that stops answering without
 # closing is left within twice this.
@@ -112,13 +124,16 @@ class Stage:
             cmd.append("-i")
         return cmd + [self.containers[service]] + list(args)
 
-    def run(self, service, *args, stdin=None, timeout=60):
-        """Runs a command in a container; its stdout lines."""
+    def run(self, service, *args, stdin=None, timeout=60, check=True):
+        """Runs a command in a container; its stdout lines (with check=False,
+        also its exit status and stderr)."""
         try:
             out = subprocess.run(self.exec_args(service, *args, stdin=stdin is not None),
                                  input=stdin, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise StoryError("%s: %s did not finish within %d s" % (service, args[0], timeout))
+        if not check:
+            return out.returncode, [l for l in out.stdout.splitlines() if l.strip()], out.stderr
         if out.returncode != 0:
             raise StoryError("%s: %s failed (exit %d): %s" % (
                 service, " ".join(args[:2]), out.returncode,
@@ -127,10 +142,11 @@ class Stage:
 
     # --- the three clients ---------------------------------------------------
 
-    def envoy(self, cookie=None, user=None, timeout=10, host=None):
+    def envoy(self, cookie=None, user=None, timeout=10, host=None, client_cert=None):
         """GET / through Envoy's published listener (to the virtual host
         `host`, default the catch-all shop): (status, backend, Set-Cookie
-        value)."""
+        value). With a list as `client_cert`, the answer's x-client-cert
+        (the client certificate the backend saw) is appended to it."""
         headers = {"host": host} if host else {}
         if cookie:
             headers["cookie"] = "%s=%s" % (COOKIE, cookie)
@@ -141,6 +157,8 @@ class Stage:
             conn.request("GET", "/", headers=headers)
             resp = conn.getresponse()
             resp.read()
+            if client_cert is not None:
+                client_cert.append(resp.getheader("x-client-cert"))
             return (resp.status, resp.getheader("x-backend", ""),
                     session_value(resp.headers.get_all("set-cookie") or []))
         finally:
@@ -156,7 +174,7 @@ class Stage:
 
     def ccore(self, calls, cookie=None, extra=(), stdin=None):
         """The grpcio client in the grpcio-client container: its JSON lines."""
-        args = ["python3", "/opt/tether/peers/grpc_xds_client.py"] + list(extra)
+        args = ["python3", "/opt/tether/peers/grpc_xds_client.py"] + CCORE_CREDS + list(extra)
         args += ["xds:///shop", str(calls)]
         if cookie:
             args.append("%s=%s" % (COOKIE, cookie))
@@ -296,6 +314,68 @@ def one_session_three_clients(stage):
     return step
 
 
+# --- the mTLS variant's step ---------------------------------------------------
+
+def fingerprint(pem):
+    """What the backends answer in x-client-cert for the certificate `pem`
+    (FNV-1a, 64 bits, of the first certificate's DER, in hex)."""
+    body = pem.split("-----BEGIN CERTIFICATE-----", 1)[1].split("-----END CERTIFICATE-----", 1)[0]
+    h = 0xcbf29ce484222325
+    for b in base64.b64decode("".join(body.split())):
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+def mtls_on_every_hop(stage):
+    step = Step("mTLS. every hop is mTLS (docker-compose.mtls.yml)", stage)
+    # The scratch tether image has no shell: read the volume from the Python one.
+    pem = "\n".join(stage.run("grpcio-client", "python3", "-c",
+                              "import sys; sys.stdout.write(open('/certs/client.pem').read())"))
+    want = fingerprint(pem)
+    seen = []
+    status, backend, _ = stage.envoy(client_cert=seen)
+    step.row("Envoy (browser, host)", "-", backend, "the backend saw client cert %s" % seen[0])
+    step.check(status == 200 and seen[0] == want,
+               "through Envoy: %d from %s, client certificate %s, not the demo's %s"
+               % (status, backend, seen[0], want))
+    lines = stage.ccore(3)
+    certs = sorted({str(l.get("client_cert")) for l in lines})
+    step.row("C-core (grpcio container)", "-", tally([l["backend"] for l in lines]),
+             "the backends saw client cert %s" % ", ".join(certs))
+    step.check(certs == [want] and all(l.get("code", "OK") == "OK" for l in lines),
+               "C-core with xDS credentials: %s, client certificates %s, not the demo's %s"
+               % ([l.get("code") for l in lines], certs, want))
+    lines = stage.channel(count=3)
+    step.row("tether::Channel (container)", "-", tally([channel_backend(stage, l) for l in lines]),
+             "mTLS (the backends accept nothing else)")
+    step.check(all(l["code"] == "OK" for l in lines),
+               "tether::Channel with xDS credentials: %s" % [l.get("message") for l in lines])
+    # The same backend without TLS: refused.
+    address = stage.addresses["backend-1"]
+    rc, out, err = stage.run("channel-client", "tether", "call", "static:///" + address, METHOD,
+                             "--timeout", "5", check=False)
+    plain = json.loads(out[-1]) if out and out[-1].startswith("{") else {}
+    step.row("tether call (plaintext)", "-", "backend-1 (%s): %s" % (address, plain.get("code", "exit %d" % rc)),
+             (plain.get("message") or err.strip())[:60])
+    # Exit 1: the call was made and failed (2 would be a usage error).
+    step.check(rc == 1 and plain.get("code") == "UNAVAILABLE",
+               "a plaintext call to %s: exit %d, %s" % (address, rc, plain or err.strip()[-200:]))
+    stats = {}
+    for line in stage.admin("/stats?filter=ssl%5C.handshake$").splitlines():
+        key, _, value = line.partition(": ")
+        stats[key] = int(value)
+    backends = stats.get("cluster.%s.ssl.handshake" % CLUSTER, 0)
+    control = stats.get("cluster.xds.ssl.handshake", 0)
+    step.row("Envoy's counters", "-", "%d TLS handshake(s) with the backends, %d with tether-control"
+             % (backends, control))
+    step.check(backends > 0 and control > 0,
+               "Envoy's TLS handshakes: %d with the backends, %d with tether-control" % (backends, control))
+    step.verdict = ("the backends saw the demo's client certificate (%s) from Envoy and C-core and answered "
+                    "the channel's mTLS calls; a plaintext call was refused; Envoy spoke TLS to the backends "
+                    "and to tether-control" % want)
+    return step
+
+
 # --- step 2 ------------------------------------------------------------------
 
 def request_hash(stage):
@@ -377,7 +457,7 @@ class Session(threading.Thread):
                 args.append("-vv")
             service = "channel-client"
         else:
-            args = ["python3", "/opt/tether/peers/grpc_xds_client.py", "--jar", "--keep-going",
+            args = ["python3", "/opt/tether/peers/grpc_xds_client.py"] + CCORE_CREDS + ["--jar", "--keep-going",
                     "--keepalive", str(KEEPALIVE_S * 1000), str(KEEPALIVE_S * 1000),
                     "--message", "sleep:%d" % SLEEP_MS, "xds:///" + self.vhost, str(self.expected)]
             if self.cookie:
@@ -577,7 +657,7 @@ def stop_mid_session(stage):
              % tuple(stats.values()))
 
     # The operator's follow-up: the backend leaves tether-control's file.
-    path = os.path.join(stage.config_dir, "tether.yaml")
+    path = os.path.join(stage.config_dir, CONFIG_FILE)
     with open(path) as f:
         text = f.read()
     gone = stage.addresses[target]
@@ -623,7 +703,10 @@ def main():
     containers = dict(a.split("=", 1) for a in sys.argv[5:])
     stage = Stage(config_dir, net, int(http_port), int(admin_port), containers)
     steps = []
-    for play in (one_session_three_clients, request_hash, stop_mid_session):
+    plays = [one_session_three_clients, request_hash, stop_mid_session]
+    if MTLS:
+        plays.insert(1, mtls_on_every_hop)
+    for play in plays:
         began = time.monotonic()
         try:
             step = play(stage)
@@ -636,8 +719,8 @@ def main():
             break
     print(render(steps))
     passed = sum(s.ok for s in steps)
-    print("%d of 3 steps passed" % passed)
-    sys.exit(0 if passed == 3 else 1)
+    print("%d of %d steps passed" % (passed, len(plays)))
+    sys.exit(0 if passed == len(plays) else 1)
 
 
 if __name__ == "__main__":

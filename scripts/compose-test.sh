@@ -7,6 +7,9 @@
 #   scripts/compose-test.sh
 #   TETHER_FAULTS=3,4 scripts/compose-test.sh    only those fault cases, no story
 #   TETHER_STORY_LOG=1 ...                        the clients' logs with each session's row
+#   TETHER_MTLS=1 scripts/compose-test.sh         the mTLS variant (docker-compose.mtls.yml
+#                                                 laid over it): the story with mTLS on every
+#                                                 hop, no fault cases
 # The images are built FROM scratch by scripts/compose-images.sh (nothing is
 # pulled) under the tags tether-compose-test/*:latest, which later runs
 # reuse (the build is cached; an image replaced under its tag is removed).
@@ -68,11 +71,16 @@ export TETHER_ADMIN_PORT=$(free_port)
 config="$(mktemp -d)"
 chmod 755 "$config"
 cp -R envoy-configs/compose/. "$config/"
-sed -i "s/10\.203\.117\./$net./g" "$config/tether.yaml"
+sed -i "s/10\.203\.117\./$net./g" "$config"/tether*.yaml
 export TETHER_CONFIG_DIR=$config
 
 project="tether-compose-test-$$"
-compose() { "${compose_cmd[@]}" -p "$project" -f envoy-configs/docker-compose.yml "$@"; }
+files=(-f envoy-configs/docker-compose.yml)
+if [ "${TETHER_MTLS:-}" = 1 ]; then
+  files+=(-f envoy-configs/docker-compose.mtls.yml)
+  export TETHER_MTLS
+fi
+compose() { "${compose_cmd[@]}" -p "$project" "${files[@]}" "$@"; }
 passed=false
 cleanup() {
   local t
@@ -120,6 +128,8 @@ if [ -z "${TETHER_FAULTS:-}" ]; then
 fi
 story_took=$(since "$t")
 t=$(now)
-python3 scripts/compose-faults.py "$config" "$net" "$TETHER_HTTP_PORT" "$TETHER_ADMIN_PORT" "${containers[@]}"
+if [ "${TETHER_MTLS:-}" != 1 ]; then
+  python3 scripts/compose-faults.py "$config" "$net" "$TETHER_HTTP_PORT" "$TETHER_ADMIN_PORT" "${containers[@]}"
+fi
 passed=true
 echo "compose-test: PASS in $(since "$started") (images $images_took, up $up_took, story $story_took, faults $(since "$t"))"

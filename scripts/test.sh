@@ -6,8 +6,9 @@
 # interop); a bounded fuzz run; the JavaScript package and its Chromium test;
 # a short run of the plugin benchmark script; a FROM-scratch image of the
 # static tether binary run by the Docker engine; the compose demo run for
-# real, its story driven across the containers; the Envoy-facing suites again
-# on the oldest Envoy supported (scripts/envoy-versions.sh 1.36.4).
+# real, its story driven across the containers, then its mTLS variant; the
+# Envoy-facing suites again on the oldest Envoy supported
+# (scripts/envoy-versions.sh 1.36.4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n=== %s\n' "$*"; }
@@ -53,6 +54,9 @@ scripts/scratch-image.sh
 
 step "Docker Compose: the demo's story across containers (envoy-configs/docker-compose.yml)"
 scripts/compose-test.sh
+
+step "Docker Compose: the demo's mTLS variant (envoy-configs/docker-compose.mtls.yml)"
+TETHER_MTLS=1 scripts/compose-test.sh
 
 if [ -x js/test.sh ]; then
   step "JavaScript package and inspector page"

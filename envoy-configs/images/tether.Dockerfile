@@ -1,8 +1,8 @@
 # The tether image of docker-compose.yml for a machine with a container
 # registry: built from source in the official Rust image, the result FROM
-# scratch. It holds static (musl) tether, tether-control and
-# tether-demo-backend in /usr/local/bin, and the tether plugin in
-# /opt/tether/plugin. Context: the repository root.
+# scratch. It holds static (musl) tether, tether-control,
+# tether-demo-backend and tether-demo-certs in /usr/local/bin, and the tether
+# plugin in /opt/tether/plugin. Context: the repository root.
 #
 #   docker build -f envoy-configs/images/tether.Dockerfile -t tether-demo/tether:latest .
 #
@@ -16,12 +16,14 @@ COPY . .
 RUN musl="$(uname -m)-unknown-linux-musl" \
  && rustup target add "$musl" wasm32-wasip1 \
  && cargo build --locked --target "$musl" --profile static \
-        -p tether --bin tether --bin tether-control \
-        -p tether-testkit --bin tether-demo-backend --features tether-testkit/grpc \
+        -p tether-cli --bin tether -p tether-control --bin tether-control \
+        -p tether-testkit --bin tether-demo-backend --bin tether-demo-certs \
+        --features tether-testkit/grpc \
  && cargo build --locked -p tether-plugin --target wasm32-wasip1 --profile wasm \
  && mkdir -p /out/bin /out/plugin \
  && cp "target/$musl/static/tether" "target/$musl/static/tether-control" \
-       "target/$musl/static/tether-demo-backend" /out/bin/ \
+       "target/$musl/static/tether-demo-backend" "target/$musl/static/tether-demo-certs" \
+       /out/bin/ \
  && cp target/wasm32-wasip1/wasm/tether_plugin.wasm /out/plugin/
 
 FROM scratch

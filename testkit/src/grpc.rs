@@ -220,22 +220,8 @@ impl Backend<Grpc> {
             async move {
                 let builder = auto::Builder::new(TokioExecutor::new());
                 let builder = builder.http2_only();
-                let (io, cert): (Box<dyn Io>, _) = match tls {
-                    Some(config) => {
-                        let Ok(stream) =
-                            tokio_rustls::TlsAcceptor::from(config).accept(stream).await
-                        else {
-                            return;
-                        };
-                        let cert = stream
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .and_then(|c| c.first())
-                            .map(|c| ClientCertificate(c.to_vec()));
-                        (Box::new(stream), cert)
-                    }
-                    None => (Box::new(stream), None),
+                let Some((io, cert)) = accept_io(stream, tls).await else {
+                    return;
                 };
                 let svc = hyper::service::service_fn(
                     move |mut req: tonic::codegen::http::Request<hyper::body::Incoming>| {
@@ -267,6 +253,45 @@ impl Backend<Grpc> {
 /// A backend's connection: TCP, or TLS over it.
 trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Io for T {}
+
+/// How long a TLS client may take to finish its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// An accepted connection as the server speaks it: `stream` itself, or,
+/// with `tls`, TLS over it with the client certificate the peer presented.
+/// `None` when the handshake fails or takes too long (the peer is gone).
+async fn accept_io(
+    stream: tokio::net::TcpStream,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) -> Option<(Box<dyn Io>, Option<ClientCertificate>)> {
+    let Some(config) = tls else {
+        return Some((Box::new(stream), None));
+    };
+    let peer = stream.peer_addr().ok();
+    let accepted = tokio::time::timeout(
+        HANDSHAKE_TIMEOUT,
+        tokio_rustls::TlsAcceptor::from(config).accept(stream),
+    )
+    .await;
+    let stream = match accepted {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            log::info!("TLS handshake with {peer:?} failed: {e}");
+            return None;
+        }
+        Err(_) => {
+            log::info!("TLS handshake with {peer:?}: no answer within {HANDSHAKE_TIMEOUT:?}");
+            return None;
+        }
+    };
+    let cert = stream
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| ClientCertificate(c.to_vec()));
+    Some((Box::new(stream), cert))
+}
 
 async fn bind(addr: SocketAddr) -> tokio::net::TcpListener {
     tokio::net::TcpListener::bind(addr)
@@ -337,13 +362,18 @@ pub struct Drained {
 /// This is what a backend must do on SIGTERM for a stop to lose no call.
 ///
 /// With `max_age`, each connection is ended the same graceful way once it
-/// is that old, as gRPC servers' `max_connection_age` does.
+/// is that old, as gRPC servers' `max_connection_age` does. With `tls`
+/// (see [`crate::tls::server_config_from_files`]) every connection is TLS
+/// (mTLS when the config asks for client certificates) and answers (Echo
+/// replies' metadata, HTTP headers) carry the client certificate's
+/// fingerprint in `x-client-cert`.
 pub async fn serve_dual(
     name: &str,
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
     grace: Duration,
     max_age: Option<Duration>,
+    tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<Drained> {
     let addr = listener.local_addr()?;
     let service = DualService::new(name, addr, Arc::new(AtomicU64::new(0)));
@@ -358,14 +388,23 @@ pub async fn serve_dual(
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    let conn = builder
-                        .serve_connection(TokioIo::new(GracefulSocket::new(stream)), service.clone())
-                        .into_owned();
+                    let builder = builder.clone();
+                    let service = service.clone();
+                    let tls = tls.clone();
                     let mut stop = stop_rx.clone();
                     let alive = alive_tx.clone();
                     let open = open.clone();
                     open.fetch_add(1, Ordering::SeqCst);
                     tokio::spawn(async move {
+                        let Some((io, cert)) = accept_io(stream, tls).await else {
+                            open.fetch_sub(1, Ordering::SeqCst);
+                            drop(alive);
+                            return;
+                        };
+                        let conn = builder.serve_connection(
+                            TokioIo::new(GracefulSocket::new(io)),
+                            service.with_client_certificate(cert),
+                        );
                         tokio::pin!(conn);
                         let aged = async {
                             match max_age {
@@ -426,6 +465,8 @@ struct DualService {
     addr: SocketAddr,
     hits: Arc<AtomicU64>,
     routes: Routes,
+    /// What the connection's TLS peer presented, put in each request.
+    client_cert: Option<ClientCertificate>,
 }
 
 impl DualService {
@@ -442,7 +483,14 @@ impl DualService {
             addr,
             hits,
             routes,
+            client_cert: None,
         }
+    }
+
+    /// This service for a connection whose peer presented `cert`.
+    fn with_client_certificate(mut self, cert: Option<ClientCertificate>) -> DualService {
+        self.client_cert = cert;
+        self
     }
 }
 
@@ -452,7 +500,10 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for DualServ
     type Future =
         Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>>;
 
-    fn call(&self, req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+    fn call(&self, mut req: hyper::Request<hyper::body::Incoming>) -> Self::Future {
+        if let Some(cert) = &self.client_cert {
+            req.extensions_mut().insert(cert.clone());
+        }
         let grpc = req
             .headers()
             .get("content-type")
@@ -463,11 +514,18 @@ impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for DualServ
             self.hits.clone(),
             self.routes.clone(),
         );
+        let client_cert = self
+            .client_cert
+            .as_ref()
+            .and_then(|c| crate::tls::fingerprint(&c.0).parse().ok());
         Box::pin(async move {
             if grpc {
                 routes.call(req).await
             } else {
-                let resp = crate::backend::answer(req, name, addr, hits).await?;
+                let mut resp = crate::backend::answer(req, name, addr, hits).await?;
+                if let Some(v) = client_cert {
+                    resp.headers_mut().insert("x-client-cert", v);
+                }
                 Ok(resp.map(tonic::body::Body::new))
             }
         })

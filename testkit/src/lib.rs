@@ -257,6 +257,17 @@ pub fn init_logging() {
         .try_init();
 }
 
+/// Logging for the testkit's programs (`tether-demo-backend`,
+/// `tether-demo-certs`): info and up on stderr with millisecond
+/// timestamps, `RUST_LOG` to change it.
+pub fn init_program_logging() {
+    env_logger::Builder::new()
+        .filter_level(log::LevelFilter::Info)
+        .parse_default_env()
+        .format_timestamp_millis()
+        .init();
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -94,30 +94,66 @@ impl Issued {
 /// A server config presenting `identity`, offering ALPN `h2`; with
 /// `clients`, it requires a client certificate issued by that CA (mTLS).
 pub fn server_config(identity: &Issued, clients: Option<&Ca>) -> Arc<ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions");
-    let builder = match clients {
-        Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            roots.add(ca.cert.der().clone()).expect("client CA");
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .expect("client verifier");
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
-    };
     let chain = CertificateDer::pem_slice_iter(identity.cert_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .expect("server chain");
     let key = PrivateKeyDer::from_pem_slice(identity.key_pem.as_bytes()).expect("server key");
+    let roots = clients.map(|ca| vec![ca.cert.der().clone()]);
+    build_server_config(chain, key, roots).expect("server config")
+}
+
+/// [`server_config`] from PEM files: the certificate chain (leaf first),
+/// its key and, for mTLS, the CA certificates client certificates must
+/// chain to. Errors name the file and what is wrong with it.
+pub fn server_config_from_files(
+    cert: &Path,
+    key: &Path,
+    client_ca: Option<&Path>,
+) -> Result<Arc<ServerConfig>, String> {
+    let certs = |path: &Path| {
+        let certs = CertificateDer::pem_file_iter(path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        if certs.is_empty() {
+            return Err(format!("{}: no PEM certificate in it", path.display()));
+        }
+        Ok(certs)
+    };
+    let chain = certs(cert)?;
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("{}: {e}", key.display()))?;
+    let roots = client_ca.map(certs).transpose()?;
+    build_server_config(chain, key, roots)
+}
+
+fn build_server_config(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    client_roots: Option<Vec<CertificateDer<'static>>>,
+) -> Result<Arc<ServerConfig>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS versions: {e}"))?;
+    let builder = match client_roots {
+        Some(certs) => {
+            let mut roots = RootCertStore::empty();
+            for cert in certs {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("a client CA certificate: {e}"))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("the client certificate verifier: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
     let mut config = builder
         .with_single_cert(chain, key)
-        .expect("server certificate");
+        .map_err(|e| format!("the server certificate and key: {e}"))?;
     config.alpn_protocols = vec![b"h2".to_vec()];
-    Arc::new(config)
+    Ok(Arc::new(config))
 }
 
 /// The client certificate (DER) a TLS connection's peer presented, put in

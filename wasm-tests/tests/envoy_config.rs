@@ -236,6 +236,92 @@ async fn compose_demo_files_agree() {
     }
 }
 
+/// The mTLS variant (`docker-compose.mtls.yml` over `docker-compose.yml`)
+/// agrees with itself: tether-control's file is the plain one with `tls` on
+/// every service, naming instances the bootstrap defines and the SAN the
+/// `certs` service issues; the certificates live where everything mounts
+/// them; Envoy validates its bootstrap with certificates at those paths.
+#[tokio::test]
+async fn compose_mtls_variant_files_agree() {
+    let overlay = config_text("docker-compose.mtls.yml");
+    let plain = tether_control::Config::parse(&config_text("compose/tether.yaml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mtls = tether_control::Config::parse(&config_text("compose/tether-mtls.yaml"))
+        .unwrap_or_else(|e| panic!("compose/tether-mtls.yaml: {e}"));
+    let bootstrap = tether::xds::Bootstrap::from_json(&config_text("compose/bootstrap-mtls.json"))
+        .unwrap_or_else(|e| panic!("compose/bootstrap-mtls.json: {e}"));
+    assert_eq!(mtls.services.len(), plain.services.len());
+    for (p, m) in plain.services.iter().zip(&mtls.services) {
+        assert_eq!((&p.name, &p.endpoints), (&m.name, &m.endpoints));
+        let tls = m
+            .tls
+            .as_ref()
+            .unwrap_or_else(|| panic!("service {}: no tls", m.name));
+        for instance in [Some(&tls.ca_instance), tls.identity_instance.as_ref()] {
+            let instance = instance.unwrap();
+            assert!(
+                bootstrap.certificate_providers.contains_key(instance),
+                "service {}: instance {instance} is not in bootstrap-mtls.json",
+                m.name
+            );
+        }
+        assert_eq!(
+            tls.subject_alt_names[0].exact.as_deref(),
+            Some("spiffe://tether.demo/ns/shop/sa/backend"),
+            "the backends' SAN as tether-demo-certs issues it"
+        );
+        let files = tls.envoy.as_ref().expect("tls.envoy");
+        assert_eq!(files.ca_file, "/certs/ca.pem");
+    }
+    let server = bootstrap.server().unwrap();
+    assert_eq!(server.server_uri, "tether-control:18000");
+    assert!(
+        matches!(
+            server.channel_creds,
+            tether::xds::bootstrap::ChannelCreds::Tls(_)
+        ),
+        "bootstrap-mtls.json: TLS to tether-control"
+    );
+    // Every service but the one-shot `certs` mounts the volume and waits for it.
+    for service in [
+        "tether-control",
+        "backend-1",
+        "backend-2",
+        "backend-3",
+        "envoy",
+        "channel-client",
+        "grpcio-client",
+    ] {
+        assert!(
+            overlay.contains(&format!("  {service}:\n    <<: *certs\n")),
+            "docker-compose.mtls.yml: {service} does not take the certs volume"
+        );
+    }
+    assert!(overlay.contains("certs: { condition: service_completed_successfully }"));
+    assert!(overlay.contains("\"--config\", \"/etc/tether/tether-mtls.yaml\""));
+    assert_eq!(
+        overlay
+            .matches("\"--tls-client-ca\", \"/certs/ca.pem\"")
+            .count(),
+        4
+    );
+    // Envoy's bootstrap, with certificates where the volume puts them.
+    let dir = std::env::temp_dir().join(format!("tether-compose-mtls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = tether_testkit::tls::Ca::new("compose test CA");
+    ca.issue(&["spiffe://tether.demo/ns/shop/sa/client"])
+        .write(&dir, "client");
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    let envoy = config_text("compose/envoy-mtls.yaml");
+    assert!(envoy.contains("matcher: { exact: tether-control }"));
+    let envoy = envoy.replace("/certs/", &format!("{}/", dir.display()));
+    let validated = validate(&envoy).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = validated {
+        panic!("compose/envoy-mtls.yaml: {e}");
+    }
+}
+
 #[tokio::test]
 async fn envoy_served_backends_and_the_plugin_pin_sessions() {
     // Envoy serving the backends, and Envoy with the plugin in front of them.

@@ -11,13 +11,21 @@
 //! client fails over within a round trip; once the container is gone, an
 //! attempt to its address waits for ARP to give up (seconds) or for the
 //! connect timeout.
+//!
+//! With `--tls-cert` and `--tls-key` it serves TLS only (ALPN h2), and with
+//! `--tls-client-ca` mTLS: a client without a certificate chaining to that
+//! CA is refused at the handshake. Answers (Echo replies' metadata, HTTP
+//! headers) then carry the client certificate's fingerprint in
+//! `x-client-cert`.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
 use tether_testkit::grpc::serve_dual;
+use tether_testkit::tls::server_config_from_files;
 
 /// A backend that says who it is, over HTTP/1.1 and gRPC on one port.
 #[derive(Debug, Parser)]
@@ -41,6 +49,17 @@ struct Args {
     /// this old, in seconds, as gRPC's `max_connection_age` does (0: never).
     #[arg(long, default_value_t = 0.0, value_parser = seconds)]
     max_connection_age: f64,
+    /// Serve TLS only, presenting this certificate chain (PEM, leaf first);
+    /// needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// With --tls-cert: require client certificates chaining to these CA
+    /// certificates (PEM), i.e. mTLS.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 fn seconds(text: &str) -> Result<f64, String> {
@@ -54,11 +73,7 @@ fn seconds(text: &str) -> Result<f64, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    env_logger::Builder::new()
-        .filter_level(log::LevelFilter::Info)
-        .parse_default_env()
-        .format_timestamp_millis()
-        .init();
+    tether_testkit::init_program_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -87,6 +102,18 @@ async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            match server_config_from_files(cert, key, args.tls_client_ca.as_deref()) {
+                Ok(config) => Some(config),
+                Err(e) => {
+                    log::error!("--tls-cert/--tls-key/--tls-client-ca: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        _ => None,
+    };
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -95,9 +122,14 @@ async fn run(args: Args) -> ExitCode {
         }
     };
     log::info!(
-        "{} serving HTTP/1.1 and gRPC (tether.demo.v1.Echo) on {}{}",
+        "{} serving HTTP/1.1 and gRPC (tether.demo.v1.Echo) on {}{}{}",
         args.name,
         args.listen,
+        match (&tls, &args.tls_client_ca) {
+            (None, _) => "",
+            (Some(_), None) => " over TLS",
+            (Some(_), Some(_)) => " over mTLS",
+        },
         if args.max_connection_age > 0.0 {
             format!(", connections end after {} s", args.max_connection_age)
         } else {
@@ -114,7 +146,7 @@ async fn run(args: Args) -> ExitCode {
     let grace = Duration::from_secs_f64(args.grace);
     let max_age =
         (args.max_connection_age > 0.0).then(|| Duration::from_secs_f64(args.max_connection_age));
-    let drained = match serve_dual(&args.name, listener, shutdown, grace, max_age).await {
+    let drained = match serve_dual(&args.name, listener, shutdown, grace, max_age, tls).await {
         Ok(d) => d,
         Err(e) => {
             log::error!("{}: {e}", args.listen);
