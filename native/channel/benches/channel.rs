@@ -1791,6 +1791,33 @@ impl Summary {
                     &format!("{:.0} MB", mb(u.big_rss))
                 )
             );
+            let mut p99s: Vec<Duration> = u.big_picks.iter().map(|w| w.p99).collect();
+            p99s.sort();
+            let worst = u.big_picks.iter().map(|w| w.max).max().unwrap_or_default();
+            let not_complete: usize = u.big_picks.iter().map(|w| w.not_complete).sum();
+            let picks: usize = u.big_picks.iter().map(|w| w.picks).sum();
+            println!(
+                "{}",
+                goal_line(
+                    "  meanwhile, picks of another cluster on another thread: all complete (p99, worst)",
+                    not_complete == 0 && picks > 0,
+                    &format!(
+                        "{picks} picks, p99 {}, worst {}",
+                        fmt_dur(median_dur(&p99s)),
+                        fmt_dur(worst)
+                    )
+                )
+            );
+            let per_event: Vec<Duration> = u
+                .events
+                .iter()
+                .map(|(n, d)| *d / (*n).max(1) as u32)
+                .collect();
+            println!(
+                "  {} clusters: a subchannel's state change reaches the cluster holding it: {} each",
+                UPDATE_CLUSTERS,
+                fmt_dur(median_dur(&per_event))
+            );
         }
         if !self.instructions.is_empty() {
             let per = |k: Kind| {
@@ -1903,7 +1930,11 @@ fn mb(bytes: i64) -> f64 {
 
 fn fmt_dur(d: Duration) -> String {
     let us = d.as_secs_f64() * 1e6;
-    if us < 1_000.0 {
+    if us < 1.0 {
+        format!("{} ns", d.as_nanos())
+    } else if us < 10.0 {
+        format!("{us:.1} µs")
+    } else if us < 1_000.0 {
         format!("{us:.0} µs")
     } else if us < 10_000_000.0 {
         format!("{:.1} ms", us / 1e3)
@@ -2022,6 +2053,162 @@ struct UpdateFigures {
     big: Vec<Duration>,
     /// First round: RSS growth once the big cluster's attempts settled.
     big_rss: i64,
+    /// Per round: picks of another cluster while the big cluster's first
+    /// update was applied.
+    big_picks: Vec<PickWindow>,
+    /// Per round: the many clusters' subchannel state changes (how many,
+    /// and how long the tree took for all of them).
+    events: Vec<(usize, Duration)>,
+}
+
+/// Picks made on another thread during a window, as calls do: each loads
+/// the published picker and picks.
+#[derive(Clone, Debug, Default)]
+struct PickWindow {
+    picks: usize,
+    /// Picks that did not complete (a call would have waited or failed).
+    not_complete: usize,
+    /// The first of those.
+    first_not_complete: Option<String>,
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+}
+
+/// A thread picking one cluster from the published picker, timing the
+/// picks made while `measuring` is set.
+struct PickProbe {
+    published: Arc<arc_swap::ArcSwap<SharedPicker>>,
+    measuring: Arc<std::sync::atomic::AtomicBool>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(Vec<u32>, usize, Option<String>)>,
+}
+
+/// At most this many picks are timed in one window (memory bound).
+const PROBE_PICKS: usize = 20_000_000;
+
+impl PickProbe {
+    fn start(picker: SharedPicker, cluster: &str) -> PickProbe {
+        use std::sync::atomic::AtomicBool;
+        let published = Arc::new(arc_swap::ArcSwap::from_pointee(picker));
+        let measuring = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let cluster: Arc<str> = Arc::from(cluster);
+        let thread = {
+            let (published, measuring, stop) = (published.clone(), measuring.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let attributes = CallAttributes {
+                    cluster,
+                    ..Default::default()
+                };
+                let headers = http::HeaderMap::new();
+                let mut times = Vec::new();
+                let mut not_complete = 0;
+                let mut first = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let on = measuring.load(Ordering::Relaxed);
+                    let started = Instant::now();
+                    let picker = published.load();
+                    let result = picker.pick(&PickArgs {
+                        path: ECHO_PATH,
+                        headers: &headers,
+                        attributes: &attributes,
+                    });
+                    // The call ends at once (circuit breaking counts
+                    // calls in flight).
+                    if let PickResult::Complete(pick) = &result {
+                        pick.trackers.finished(true);
+                    }
+                    let took = started.elapsed();
+                    if on && times.len() < PROBE_PICKS {
+                        times.push(took.as_nanos().min(u32::MAX as u128) as u32);
+                        if !matches!(result, PickResult::Complete(_)) {
+                            not_complete += 1;
+                            first.get_or_insert_with(|| format!("{result:?}"));
+                        }
+                    }
+                    black_box(result);
+                }
+                (times, not_complete, first)
+            })
+        };
+        PickProbe {
+            published,
+            measuring,
+            stop,
+            thread,
+        }
+    }
+
+    fn publish(&self, picker: SharedPicker) {
+        self.published.store(Arc::new(picker));
+    }
+
+    fn measure(&self, on: bool) {
+        self.measuring.store(on, Ordering::SeqCst);
+    }
+
+    fn finish(self) -> Result<PickWindow, String> {
+        self.stop.store(true, Ordering::SeqCst);
+        let (mut times, not_complete, first_not_complete) =
+            self.thread.join().map_err(|_| "the pick thread panicked")?;
+        times.sort_unstable();
+        let at = |q: f64| {
+            times
+                .get(((times.len() as f64 * q) as usize).min(times.len().saturating_sub(1)))
+                .map_or(Duration::ZERO, |n| Duration::from_nanos(u64::from(*n)))
+        };
+        Ok(PickWindow {
+            picks: times.len(),
+            not_complete,
+            first_not_complete,
+            p50: at(0.50),
+            p99: at(0.99),
+            max: times
+                .last()
+                .map_or(Duration::ZERO, |n| Duration::from_nanos(u64::from(*n))),
+        })
+    }
+}
+
+/// Feeds the pool's queued events to `root` until `ready` holds, bounded.
+fn feed_until(
+    p: &mut CountingPool,
+    root: &mut ClusterManager,
+    next_timer: &mut u64,
+    ready: impl Fn(&ClusterManager) -> bool,
+) -> Result<(), String> {
+    let deadline = Instant::now() + WAIT;
+    while !ready(root) {
+        match p.events.try_recv() {
+            Ok(e) => {
+                let mut ctx = Ctx::new(&p.pool, &p.events_tx, next_timer, "updates-bench");
+                root.event(&mut ctx, &e);
+            }
+            Err(_) if Instant::now() > deadline => {
+                return Err(format!("not ready within {WAIT:?}"));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    Ok(())
+}
+
+/// Whether `root` picks `cluster` to a subchannel.
+fn picks_cluster(root: &ClusterManager, cluster: &str) -> bool {
+    let attributes = CallAttributes {
+        cluster: Arc::from(cluster),
+        ..Default::default()
+    };
+    let headers = http::HeaderMap::new();
+    matches!(
+        root.picker().pick(&PickArgs {
+            path: ECHO_PATH,
+            headers: &headers,
+            attributes: &attributes,
+        }),
+        PickResult::Complete(_)
+    )
 }
 
 /// `n` addresses on 127.1.0.0/16 and up, port 1 (nothing listens: each
@@ -2053,7 +2240,18 @@ fn updates_section(rt: &Runtime, args: &Args) -> Result<UpdateFigures, String> {
         one_health: Vec::new(),
         big: Vec::new(),
         big_rss: 0,
+        big_picks: Vec::new(),
+        events: Vec::new(),
     };
+    // Calls of another cluster go on meanwhile: one READY endpoint, a real
+    // server, picked from another thread.
+    let other_backend = rt.block_on(GrpcBackend::start("other"));
+    let other = leaf_configs(
+        "other",
+        &[(other_backend.addr(), 0)],
+        1,
+        EndpointPolicy::RoundRobin,
+    )?;
     // The big cluster first: its memory is read before the heap grew.
     let big = leaf_configs(
         "big",
@@ -2061,35 +2259,66 @@ fn updates_section(rt: &Runtime, args: &Args) -> Result<UpdateFigures, String> {
         BIG_LOCALITIES,
         EndpointPolicy::RoundRobin,
     )?;
+    let mut both = big.clone();
+    both.extend(other.clone());
     for round in 0..args.eds_rounds {
-        let p = CountingPool::new(options.clone());
+        let mut p = CountingPool::new(options.clone());
         let mut next_timer = 0;
         let mut root = ClusterManager::new();
+        {
+            let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "updates-bench");
+            root.update(
+                &mut ctx,
+                LbConfig::ClusterManager(cluster_manager::Config {
+                    clusters: other.clone(),
+                }),
+            );
+        }
+        feed_until(&mut p, &mut root, &mut next_timer, |r| {
+            picks_cluster(r, "other")
+        })?;
+        let probe = PickProbe::start(root.picker(), "other");
         let config = LbConfig::ClusterManager(cluster_manager::Config {
-            clusters: big.clone(),
+            clusters: both.clone(),
         });
         let rss0 = rss();
+        probe.measure(true);
         let started = Instant::now();
         {
             let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "updates-bench");
             root.update(&mut ctx, config);
         }
+        probe.publish(root.picker());
         let took = started.elapsed();
+        probe.measure(false);
+        let picks = probe.finish()?;
         p.wait_refused(BIG_CLUSTER)?;
         let grown = rss() - rss0;
         println!(
-            "round {}: one cluster of {BIG_CLUSTER} endpoints: first update {} (RSS +{:.0} MB once every attempt was refused)",
+            "round {}: one cluster of {BIG_CLUSTER} endpoints: first update {} (RSS +{:.0} MB once every attempt was refused); \
+             meanwhile {} picks of another cluster, {} not completed{}, p50 {}, p99 {}, max {}",
             round + 1,
             fmt_dur(took),
-            mb(grown)
+            mb(grown),
+            picks.picks,
+            picks.not_complete,
+            picks
+                .first_not_complete
+                .as_deref()
+                .map_or(String::new(), |f| format!(" (the first: {f})")),
+            fmt_dur(picks.p50),
+            fmt_dur(picks.p99),
+            fmt_dur(picks.max)
         );
         if round == 0 {
             f.big_rss = grown;
         }
         f.big.push(took);
+        f.big_picks.push(picks);
         drop(root);
         drop(p);
     }
+    drop(other_backend);
     // The many clusters, as the resolver hands them over: an unchanged
     // cluster keeps its resources (the same allocations).
     let mut clusters = BTreeMap::new();
@@ -2120,7 +2349,7 @@ fn updates_section(rt: &Runtime, args: &Args) -> Result<UpdateFigures, String> {
         next
     };
     for round in 0..args.eds_rounds {
-        let p = CountingPool::new(options.clone());
+        let mut p = CountingPool::new(options.clone());
         let mut next_timer = 0;
         let mut root = ClusterManager::new();
         {
@@ -2132,10 +2361,31 @@ fn updates_section(rt: &Runtime, args: &Args) -> Result<UpdateFigures, String> {
                 }),
             );
         }
-        // The subchannels' state changes stay queued: the tree sends each
-        // to every cluster (a known cost, not this row's), and the update
-        // measured below does not depend on them.
+        // Every subchannel tried and refused: their state changes, each
+        // to the one cluster holding it.
         p.wait_refused(UPDATE_CLUSTERS * UPDATE_CLUSTER_SIZE)?;
+        // As the LB task does: batches of up to 256 events, the picker
+        // published after each.
+        let mut events = 0;
+        let started = Instant::now();
+        loop {
+            let mut ctx = Ctx::new(&p.pool, &p.events_tx, &mut next_timer, "updates-bench");
+            let mut batch = 0;
+            while batch < 256 {
+                let Ok(e) = p.events.try_recv() else {
+                    break;
+                };
+                root.event(&mut ctx, &e);
+                batch += 1;
+            }
+            if batch == 0 {
+                break;
+            }
+            events += batch;
+            black_box((root.state(), root.picker()));
+        }
+        let delivered = started.elapsed();
+        f.events.push((events, delivered));
         // The same clusters again: nothing to do but compare.
         let same = LbConfig::ClusterManager(cluster_manager::Config {
             clusters: clusters.clone(),
@@ -2156,10 +2406,14 @@ fn updates_section(rt: &Runtime, args: &Args) -> Result<UpdateFigures, String> {
         }
         let took = started.elapsed();
         println!(
-            "round {}: {UPDATE_CLUSTERS} x {UPDATE_CLUSTER_SIZE}, one endpoint DRAINING: {} (the same clusters again: {})",
+            "round {}: {UPDATE_CLUSTERS} x {UPDATE_CLUSTER_SIZE}, one endpoint DRAINING: {} (the same clusters again: {}); \
+             the {} subchannel state changes before it: {} ({} each)",
             round + 1,
             fmt_dur(took),
-            fmt_dur(unchanged)
+            fmt_dur(unchanged),
+            events,
+            fmt_dur(delivered),
+            fmt_dur(delivered / events.max(1) as u32)
         );
         f.one_health.push(took);
         drop(root);

@@ -19,6 +19,10 @@ use crate::lb::cluster_manager::{self, ClusterManager};
 use crate::lb::{cds, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, SharedPicker};
 use crate::subchannel::SubchannelPool;
 
+/// Events the LB task handles before it publishes; a control message
+/// (a new config) waits at most this many.
+const EVENT_BATCH: usize = 256;
+
 /// Where the channel's routing stands.
 #[derive(Debug, Clone)]
 pub(crate) enum Routing {
@@ -129,7 +133,7 @@ impl WorkSerializer {
                     None => return,
                 },
                 e = lb_rx.recv() => match e {
-                    Some(e) => self.lb_event(e),
+                    Some(e) => self.lb_events(e, &mut lb_rx),
                     None => return,
                 },
             }
@@ -141,9 +145,19 @@ impl WorkSerializer {
         (ctx, &mut self.root)
     }
 
-    fn lb_event(&mut self, e: Event) {
+    /// Handles `first` and the events queued behind it (at most
+    /// [`EVENT_BATCH`]), then publishes once: when 100,000 subchannels
+    /// change state at once, the picker is remade per batch, not per event.
+    fn lb_events(&mut self, first: Event, rx: &mut mpsc::UnboundedReceiver<Event>) {
         let (mut ctx, root) = self.ctx_parts();
-        if root.event(&mut ctx, &e) {
+        let mut changed = root.event(&mut ctx, &first);
+        for _ in 1..EVENT_BATCH {
+            let Ok(e) = rx.try_recv() else {
+                break;
+            };
+            changed |= root.event(&mut ctx, &e);
+        }
+        if changed {
             self.publish();
         }
     }

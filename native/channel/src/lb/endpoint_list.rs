@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
 use tonic::Status;
 
 use super::pick_first::AddressList;
@@ -36,7 +37,7 @@ pub struct EndpointList<T> {
     endpoints: Vec<Endpoint<T>>,
     /// Which endpoints hold each subchannel, so that a state change costs
     /// what that subchannel's endpoints cost, not all of them.
-    by_subchannel: HashMap<SubchannelId, Vec<usize>>,
+    by_subchannel: HashMap<SubchannelId, SmallVec<[usize; 1]>>,
     /// Endpoints READY and in TRANSIENT_FAILURE, kept as their states change.
     tally: Tally,
     state: Option<ConnectivityState>,
@@ -94,10 +95,14 @@ impl<T> EndpointList<T> {
         addresses: impl IntoIterator<Item = &'a [SocketAddr]>,
         mut new: impl FnMut() -> T,
     ) {
-        let mut old: HashMap<Vec<SocketAddr>, Endpoint<T>> = std::mem::take(&mut self.endpoints)
-            .into_iter()
-            .map(|e| (e.list.addresses().collect(), e))
-            .collect();
+        // Keyed inline: an endpoint has one address nearly always.
+        let mut old: HashMap<SmallVec<[SocketAddr; 1]>, Endpoint<T>> =
+            std::mem::take(&mut self.endpoints)
+                .into_iter()
+                .map(|e| (e.list.addresses().collect(), e))
+                .collect();
+        let addresses = addresses.into_iter();
+        self.endpoints.reserve(addresses.size_hint().0);
         for addresses in addresses {
             let endpoint = old.remove(addresses).unwrap_or_else(|| Endpoint {
                 list: AddressList::new(ctx, addresses),
@@ -106,6 +111,7 @@ impl<T> EndpointList<T> {
             self.endpoints.push(endpoint);
         }
         self.by_subchannel.clear();
+        self.by_subchannel.reserve(self.endpoints.len());
         self.tally = Tally::default();
         for (i, e) in self.endpoints.iter().enumerate() {
             self.tally.count(e.list.state(), true);

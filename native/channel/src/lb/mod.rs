@@ -391,6 +391,9 @@ pub struct Ctx<'a> {
     /// The xDS-managed TLS of the cluster being updated (set by `cds` for
     /// its subtree): the subchannels made now use it.
     pub(crate) security: Security,
+    /// While set, the addresses of the subchannels handed out
+    /// ([`Ctx::record_subchannels`]).
+    recorded: std::cell::RefCell<Option<Vec<SocketAddr>>>,
 }
 
 impl<'a> Ctx<'a> {
@@ -407,18 +410,55 @@ impl<'a> Ctx<'a> {
             next_timer,
             target,
             security: None,
+            recorded: std::cell::RefCell::new(None),
         }
     }
 
     /// The subchannel for `address`: the pool's existing one (shared with
     /// other clusters using the same credentials) or a new one in IDLE.
     pub fn subchannel(&self, address: SocketAddr) -> Subchannel {
+        self.record(address);
         self.pool.get_secured(address, &self.security)
     }
 
     /// The pool's live subchannel for `address`, if any (none is created).
     pub fn existing_subchannel(&self, address: SocketAddr) -> Option<Subchannel> {
-        self.pool.peek_secured(address, &self.security)
+        let found = self.pool.peek_secured(address, &self.security);
+        if found.is_some() {
+            self.record(address);
+        }
+        found
+    }
+
+    fn record(&self, address: SocketAddr) {
+        if let Some(addresses) = self.recorded.borrow_mut().as_mut() {
+            addresses.push(address);
+        }
+    }
+
+    /// Starts recording the addresses of the subchannels handed out, for a
+    /// parent that sends subchannel events only to the children holding
+    /// them; returns the recording in progress, to give back to
+    /// [`Ctx::recorded_subchannels`].
+    pub(crate) fn record_subchannels(&self) -> Option<Vec<SocketAddr>> {
+        self.recorded.replace(Some(Vec::new()))
+    }
+
+    /// Ends the recording [`Ctx::record_subchannels`] started: the
+    /// addresses handed out since, which the recording it interrupted (if
+    /// any) gets too.
+    pub(crate) fn recorded_subchannels(&self, outer: Option<Vec<SocketAddr>>) -> Vec<SocketAddr> {
+        let mine = self.recorded.replace(outer).unwrap_or_default();
+        if let Some(outer) = self.recorded.borrow_mut().as_mut() {
+            outer.extend_from_slice(&mine);
+        }
+        mine
+    }
+
+    /// Whether the pool has a live subchannel for `address` (with any
+    /// credentials).
+    pub(crate) fn has_subchannel(&self, address: SocketAddr) -> bool {
+        self.pool.has_live(address)
     }
 
     /// The security for a cluster that asks for `tls` (gRFC A29): `None`

@@ -315,54 +315,84 @@ impl Shared {
 
 /// The subchannel's background task: connect when asked, hold the
 /// connection while it lives, back off after failures.
-async fn run(shared: Arc<Shared>, options: SubchannelOptions, transport: Transport) {
-    let mut backoff = match options.backoff_seed {
-        Some(seed) => Backoff::with_seed(options.backoff, seed),
-        None => Backoff::new(options.backoff),
-    };
+///
+/// Its future lives as long as the subchannel, so it is kept small (a
+/// channel can have 100,000 of them): what only an attempt or a connection
+/// needs is in futures boxed for their time ([`attempt`], [`hold`]).
+async fn run(
+    shared: Arc<Shared>,
+    mut backoff: Backoff,
+    min_connect_timeout: Duration,
+    transport: Transport,
+) {
     let mut serial = 0;
     loop {
         shared.requested().await;
         // gRPC: an attempt may take as long as the delay before the next one.
         let delay = backoff.next_delay();
-        let timeout = delay.max(options.min_connect_timeout);
-        shared.connect_attempts.fetch_add(1, Ordering::Relaxed);
-        let keepalive = shared.keepalive.map(|mut k| {
-            k.time = Duration::from_millis(shared.keepalive_time_ms.load(Ordering::Relaxed));
-            k
-        });
-        match connection::connect(shared.address, timeout, keepalive, &transport).await {
-            Ok((mut conn, mut task)) => {
+        let timeout = delay.max(min_connect_timeout);
+        match Box::pin(attempt(&shared, timeout, &transport, serial + 1)).await {
+            Ok(()) => {
                 backoff.reset();
                 serial += 1;
-                conn.serial = serial;
-                shared.connection.store(Some(Arc::new(conn)));
-                shared.set_state(ConnectivityState::Ready, None);
-                let why = tokio::select! {
-                    closed = task.closed() => {
-                        if keepalive.is_some() && closed.too_many_pings() {
-                            shared.throttle_keepalive();
-                        }
-                        closed.to_string()
-                    }
-                    () = shared.lost(serial) => {
-                        // Calls already on it finish there (a GOAWAY's
-                        // streams go on); new ones wait for a new one.
-                        tokio::spawn(async move {
-                            let closed = task.closed().await;
-                            log::debug!("a connection let go of ended: {closed}");
-                        });
-                        "connection going away: it gave a request back unsent".to_owned()
-                    }
-                };
-                shared.connection.store(None);
-                shared.set_state(ConnectivityState::Idle, Some(why));
             }
             Err(e) => {
-                shared.set_state(ConnectivityState::TransientFailure, Some(e.to_string()));
+                shared.set_state(ConnectivityState::TransientFailure, Some(e));
                 tokio::time::sleep(delay).await;
                 shared.set_state(ConnectivityState::Idle, None);
             }
+        }
+    }
+}
+
+/// One connection attempt and, when it succeeds, the connection's life
+/// (READY until it ends, then IDLE); the attempt's error otherwise.
+async fn attempt(
+    shared: &Arc<Shared>,
+    timeout: Duration,
+    transport: &Transport,
+    serial: u64,
+) -> Result<(), String> {
+    shared.connect_attempts.fetch_add(1, Ordering::Relaxed);
+    let keepalive = shared.keepalive.map(|mut k| {
+        k.time = Duration::from_millis(shared.keepalive_time_ms.load(Ordering::Relaxed));
+        k
+    });
+    let (mut conn, task) = connection::connect(shared.address, timeout, keepalive, transport)
+        .await
+        .map_err(|e| e.to_string())?;
+    conn.serial = serial;
+    shared.connection.store(Some(Arc::new(conn)));
+    shared.set_state(ConnectivityState::Ready, None);
+    let why = hold(shared, task, keepalive.is_some(), serial).await;
+    shared.connection.store(None);
+    shared.set_state(ConnectivityState::Idle, Some(why));
+    Ok(())
+}
+
+/// Waits until connection `serial` ends or a call finds it going away;
+/// why it was let go.
+async fn hold(
+    shared: &Shared,
+    mut task: connection::ConnectionTask,
+    keepalive: bool,
+    serial: u64,
+) -> String {
+    tokio::select! {
+        closed = task.closed() => {
+            if keepalive && closed.too_many_pings() {
+                shared.throttle_keepalive();
+            }
+            closed.to_string()
+        }
+        () = shared.lost(serial) => {
+            // Calls already on it finish there (a GOAWAY's streams go
+            // on); new ones wait for a new one.
+            tokio::spawn(async move {
+                let closed = task.closed().await;
+                log::debug!("a connection let go of ended: {closed}");
+            });
+            "connection going away: it gave a request back unsent".to_owned()
         }
     }
 }
@@ -401,10 +431,19 @@ impl Subchannel {
             ),
             listener,
         });
+        let backoff = match options.backoff_seed {
+            Some(seed) => Backoff::with_seed(options.backoff, seed),
+            None => Backoff::new(options.backoff),
+        };
         let task = match runtime {
             Some(rt) => Some(
-                rt.spawn(run(shared.clone(), options.clone(), transport))
-                    .abort_handle(),
+                rt.spawn(run(
+                    shared.clone(),
+                    backoff,
+                    options.min_connect_timeout,
+                    transport,
+                ))
+                .abort_handle(),
             ),
             None => {
                 log::error!("subchannel {address}: no tokio runtime, it will never connect");

@@ -132,6 +132,14 @@ impl SubchannelPool {
         find(&self.live(), address, security)
     }
 
+    /// Whether a subchannel for `address` is alive (with any security).
+    pub(crate) fn has_live(&self, address: SocketAddr) -> bool {
+        self.live()
+            .map
+            .get(&address)
+            .is_some_and(|entries| entries.iter().any(|(_, weak)| !weak.is_dead()))
+    }
+
     /// Every live subchannel, sorted by address.
     pub fn subchannels(&self) -> Vec<Subchannel> {
         let mut all: Vec<Subchannel> = {

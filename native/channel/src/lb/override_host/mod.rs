@@ -25,7 +25,7 @@ pub mod picker;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -74,17 +74,26 @@ pub struct MapEntry {
     /// sessions skip it as if it were failing, as through gRPC's ejected
     /// subchannel wrapper.
     ejected: AtomicBool,
-    /// The sessions that used it: session id → `last_used_ms`. Pruned by
-    /// the sweep; read for drain readiness. Shared with the address's
-    /// entry in the next map, so an update never copies it.
-    sessions: Arc<Mutex<Sessions>>,
+    /// The sessions that used it, made when the first one does (most
+    /// addresses of a large cluster never see one: 300 bytes each saved).
+    /// Shared with the address's entry in the next map, so an update never
+    /// copies it.
+    ledger: Arc<OnceLock<Box<Ledger>>>,
+}
+
+/// The sessions that used an address.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Session id → `last_used_ms`. Pruned by the sweep; read for drain
+    /// readiness.
+    sessions: Mutex<Sessions>,
     /// The sessions recorded in `sessions` lately, direct-mapped by id:
     /// (id, when). A session's next pick within [`RECORD_EVERY_MS`] of its
     /// record takes no lock.
     recent: [(AtomicU64, AtomicU64); RECENT_SLOTS],
 }
 
-/// Slots of [`MapEntry::recent`].
+/// Slots of [`Ledger::recent`].
 const RECENT_SLOTS: usize = 16;
 
 /// How stale a session's time in the ledger may get: drain readiness is
@@ -105,30 +114,40 @@ impl MapEntry {
 
     /// Notes that session `id` used this address at `now`.
     fn record_session(&self, id: u64, now: u64) {
-        let (slot_id, slot_at) = &self.recent[(id % RECENT_SLOTS as u64) as usize];
+        let ledger = self.ledger.get_or_init(Box::default);
+        let (slot_id, slot_at) = &ledger.recent[(id % RECENT_SLOTS as u64) as usize];
         if slot_id.load(Ordering::Relaxed) == id
             && now.saturating_sub(slot_at.load(Ordering::Relaxed)) < RECORD_EVERY_MS
         {
             return;
         }
-        self.sessions().insert(id, now);
+        ledger.sessions().insert(id, now);
         // Two sessions sharing a slot may mix their id and time here; each
         // was just recorded, so a skip stays within the bound.
         slot_id.store(id, Ordering::Relaxed);
         slot_at.store(now, Ordering::Relaxed);
     }
 
-    fn sessions(&self) -> MutexGuard<'_, Sessions> {
-        // Inserts and retains cannot leave the map half-changed.
-        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The sessions that used it, if any ever did.
+    fn sessions(&self) -> Option<MutexGuard<'_, Sessions>> {
+        self.ledger.get().map(|l| l.sessions())
     }
 
     /// Forgets sessions unused for `idle_ms`; how many remain and when the
     /// latest used it.
     fn prune_sessions(&self, now: u64, idle_ms: u64) -> (usize, Option<u64>) {
-        let mut sessions = self.sessions();
+        let Some(mut sessions) = self.sessions() else {
+            return (0, None);
+        };
         sessions.retain(|_, last| now.saturating_sub(*last) < idle_ms);
         (sessions.len(), sessions.values().max().copied())
+    }
+}
+
+impl Ledger {
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
+        // Inserts and retains cannot leave the map half-changed.
+        self.sessions.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -240,8 +259,7 @@ impl OverrideHost {
                     ejected: AtomicBool::new(
                         old.is_some_and(|o| o.ejected.load(Ordering::Relaxed)),
                     ),
-                    sessions: old.map_or_else(Arc::default, |o| o.sessions.clone()),
-                    recent: Default::default(),
+                    ledger: old.map_or_else(Arc::default, |o| o.ledger.clone()),
                 };
                 entry.set_subchannel(
                     self.owned
@@ -317,7 +335,7 @@ impl OverrideHost {
             }
         });
         for (addr, e) in map.iter() {
-            let had = !e.sessions().is_empty();
+            let had = e.sessions().is_some_and(|s| !s.is_empty());
             let (left, _) = e.prune_sessions(now, idle_ms);
             if had && left == 0 && e.health == HealthStatus::Draining {
                 log::info!(
