@@ -40,6 +40,11 @@ fn session_id(extensions: &http::Extensions, session: &SessionCall) -> Option<u6
     Some(std::hash::Hasher::finish(&h) | 1 << 63)
 }
 
+/// Header names the call path looks up on every call, made once (a
+/// lookup by `&str` parses the name each time).
+static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+static GRPC_TIMEOUT: http::HeaderName = http::HeaderName::from_static("grpc-timeout");
+
 /// How many times a call the server never saw (given back unsent, or
 /// refused by a GOAWAY or REFUSED_STREAM) is picked again.
 const MAX_TRANSPARENT_RETRIES: u32 = 5;
@@ -49,8 +54,12 @@ const MAX_TRANSPARENT_RETRIES: u32 = 5;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Attempts(pub u32);
 
-/// Runs one call; failures become a trailers-only gRPC response.
-pub(crate) async fn call(inner: Arc<Inner>, request: http::Request<Body>) -> http::Response<Body> {
+/// Runs one call; failures become a trailers-only gRPC response (never an
+/// error: the channel's service error type is `Infallible`).
+pub(crate) async fn call(
+    inner: Arc<Inner>,
+    request: http::Request<Body>,
+) -> Result<http::Response<Body>, std::convert::Infallible> {
     let deadline = grpc_timeout(request.headers()).map(|t| Instant::now() + t);
     let mut attempts = 0;
     let mut response = match run(&inner, request, deadline, &mut attempts).await {
@@ -58,7 +67,7 @@ pub(crate) async fn call(inner: Arc<Inner>, request: http::Request<Body>) -> htt
         Err(status) => status.into_http(),
     };
     response.extensions_mut().insert(Attempts(attempts));
-    response
+    Ok(response)
 }
 
 /// Waits `delay` (a retry's backoff, an injected fault), failing the call
@@ -109,11 +118,11 @@ impl Retries<'_> {
         *self.made += 1;
         if *self.made > 1 {
             headers.insert(
-                retry::PREVIOUS_ATTEMPTS_HEADER,
+                retry::PREVIOUS_ATTEMPTS_HEADER.clone(),
                 HeaderValue::from(*self.made - 1),
             );
         } else {
-            headers.remove(retry::PREVIOUS_ATTEMPTS_HEADER);
+            headers.remove(&retry::PREVIOUS_ATTEMPTS_HEADER);
         }
     }
 
@@ -164,7 +173,7 @@ async fn run(
             Routing::Failed(status) if !wait_for_ready => return Err(status.clone()),
             _ => {}
         }
-        next_snapshot(&inner.shared, &snapshot, deadline).await?;
+        Box::pin(next_snapshot(&inner.shared, &snapshot, deadline)).await?;
     };
     if let Some(t) = call_config.timeout {
         let route_deadline = Instant::now() + t;
@@ -174,7 +183,7 @@ async fn run(
     }
     // Fault injection (A33) runs once the route is known, before any pick.
     if let Some(faults) = &call_config.faults {
-        crate::fault::inject(faults, request.headers(), deadline).await?;
+        Box::pin(crate::fault::inject(faults, request.headers(), deadline)).await?;
     }
     let attributes = CallAttributes {
         cluster: call_config.cluster.name.clone(),
@@ -212,7 +221,7 @@ async fn run(
     let mut stale: Option<Arc<Snapshot>> = None;
     let (response, subchannel, guard, endpoint, policy) = loop {
         if let Some(seen) = stale.take() {
-            next_snapshot(&inner.shared, &seen, deadline).await?;
+            Box::pin(next_snapshot(&inner.shared, &seen, deadline)).await?;
         }
         if std::mem::take(&mut retries.new_attempt) {
             retries.start(&mut parts.headers);
@@ -247,7 +256,7 @@ async fn run(
                     // The attempt failed at the pick: retried like any other.
                     match retries.after(status.code(), None, &replay) {
                         Some(delay) => {
-                            backoff(delay, deadline).await?;
+                            Box::pin(backoff(delay, deadline)).await?;
                             retries.start(&mut parts.headers);
                             continue;
                         }
@@ -258,7 +267,7 @@ async fn run(
                 // Drops are never retried.
                 PickResult::Drop(status) => return Err(status),
             }
-            next_snapshot(&inner.shared, &snapshot, deadline).await?;
+            Box::pin(next_snapshot(&inner.shared, &snapshot, deadline)).await?;
         };
         log::trace!("{}: {path} -> {}", inner.target, subchannel.address());
         // The deadline as it stands now, not as the caller set it: the
@@ -271,7 +280,9 @@ async fn run(
                     "deadline exceeded before the call was sent",
                 ));
             }
-            parts.headers.insert("grpc-timeout", encode_timeout(left));
+            parts
+                .headers
+                .insert(GRPC_TIMEOUT.clone(), encode_timeout(left));
         }
         let Some(body) = replay.attempt() else {
             guard.release();
@@ -280,18 +291,14 @@ async fn run(
                 subchannel.address()
             )));
         };
-        let sent = answer(&connection, http::Request::from_parts(parts.clone(), body));
-        let result = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, sent).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return Err(Status::deadline_exceeded(format!(
-                        "deadline exceeded awaiting the response headers from {}",
-                        subchannel.address()
-                    )))
-                }
-            },
-            None => sent.await,
+        let result = match answer(&connection, attempt_request(&parts, body), deadline).await {
+            Ok(result) => result,
+            Err(DeadlineExceeded) => {
+                return Err(Status::deadline_exceeded(format!(
+                    "deadline exceeded awaiting the response headers from {}",
+                    subchannel.address()
+                )))
+            }
         };
         let budget = transparent_retries < MAX_TRANSPARENT_RETRIES;
         // Ok: why the unseen attempt is made again at once; Err: how it failed.
@@ -300,7 +307,7 @@ async fn run(
                 // A trailers-only failure has not committed the call.
                 let failed = response
                     .headers()
-                    .get("grpc-status")
+                    .get(&GRPC_STATUS)
                     .filter(|v| *v != "0")
                     .map(|v| tonic::Code::from_bytes(v.as_bytes()));
                 if let Some(delay) =
@@ -315,7 +322,7 @@ async fn run(
                         failed
                     );
                     drop(response);
-                    backoff(delay, deadline).await?;
+                    Box::pin(backoff(delay, deadline)).await?;
                     retries.new_attempt = true;
                     continue;
                 }
@@ -364,7 +371,7 @@ async fn run(
                     inner.target,
                     status.message()
                 );
-                backoff(delay, deadline).await?;
+                Box::pin(backoff(delay, deadline)).await?;
                 retries.new_attempt = true;
                 continue;
             }
@@ -400,7 +407,7 @@ async fn run(
                     &attributes.cluster,
                 );
             }
-            if let Some(code) = parts.headers.get("grpc-status") {
+            if let Some(code) = parts.headers.get(&GRPC_STATUS) {
                 // Trailers-only: the call is over.
                 guard.finish_with_trailers(code == "0", &parts.headers);
                 return Ok(http::Response::from_parts(parts, Body::new(body)));
@@ -465,25 +472,61 @@ fn refused_unseen(error: &hyper::Error) -> bool {
 /// outcome it already holds (its stream tasks run on their own).
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
+/// The call's deadline came before hyper's outcome ([`answer`]).
+struct DeadlineExceeded;
+
+/// hyper's outcome of an attempt, or `None` when the socket closed and
+/// hyper gave none within [`CLOSE_GRACE`].
+type Sent = Option<Result<http::Response<hyper::body::Incoming>, SendError>>;
+
 /// Sends `request` on `connection` and waits for hyper's outcome (the
-/// response headers, or why there are none), but not past the end of the
-/// socket: `None` when it closed and hyper gave no outcome within
-/// [`CLOSE_GRACE`]. Around a GOAWAY hyper can keep a request's
-/// outcome pending after its connection is gone (seen under load with
-/// servers rotating connections every 100 ms), which would hold the call
-/// until its deadline.
+/// response headers, or why there are none), within the call's deadline,
+/// but not past the end of the socket: `None` when it closed and hyper
+/// gave no outcome within [`CLOSE_GRACE`]. Around a
+/// GOAWAY hyper can keep a request's outcome pending after its connection
+/// is gone (seen under load with servers rotating connections every
+/// 100 ms), which would hold the call until its deadline.
+///
+/// One future for all of it, awaited where it is made: a call's future is
+/// moved as a whole, and each nested timeout made it bigger.
 async fn answer(
     connection: &Connection,
     request: http::Request<Body>,
-) -> Option<Result<http::Response<hyper::body::Incoming>, SendError>> {
+    deadline: Option<Instant>,
+) -> Result<Sent, DeadlineExceeded> {
+    let until = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(until);
     let sent = connection.send(request);
     tokio::pin!(sent);
     tokio::select! {
         biased;
-        result = &mut sent => return Some(result),
+        result = &mut sent => return Ok(Some(result)),
         () = connection.transport_closed() => {}
+        () = &mut until => return Err(DeadlineExceeded),
     }
-    tokio::time::timeout(CLOSE_GRACE, sent).await.ok()
+    tokio::select! {
+        biased;
+        result = &mut sent => Ok(Some(result)),
+        () = tokio::time::sleep(CLOSE_GRACE) => Ok(None),
+        () = &mut until => Err(DeadlineExceeded),
+    }
+}
+
+/// The request of one attempt: the call's head (kept for the next attempt)
+/// and this attempt's body. Extensions stay behind: nothing below reads
+/// them, and cloning them cost allocations on every call.
+fn attempt_request(parts: &http::request::Parts, body: Body) -> http::Request<Body> {
+    let mut request = http::Request::new(body);
+    *request.method_mut() = parts.method.clone();
+    *request.uri_mut() = parts.uri.clone();
+    *request.version_mut() = parts.version;
+    *request.headers_mut() = parts.headers.clone();
+    request
 }
 
 /// Waits for a snapshot newer than `seen`, or fails at the deadline. Only
@@ -549,7 +592,7 @@ fn encode_timeout(t: Duration) -> HeaderValue {
 
 /// The call's `grpc-timeout`, if it has a valid one.
 pub(crate) fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
-    parse_grpc_timeout(headers.get("grpc-timeout")?.to_str().ok()?)
+    parse_grpc_timeout(headers.get(&GRPC_TIMEOUT)?.to_str().ok()?)
 }
 
 /// A `grpc-timeout` value as gRPC writes it (at most 8 digits and a unit:
@@ -670,7 +713,7 @@ impl HttpBody for TrackedBody {
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(trailers) = frame.trailers_ref() {
-                    let ok = trailers.get("grpc-status").is_some_and(|c| c == "0");
+                    let ok = trailers.get(&GRPC_STATUS).is_some_and(|c| c == "0");
                     if let Some(g) = self.guard.take() {
                         g.finish_with_trailers(ok, trailers);
                     }

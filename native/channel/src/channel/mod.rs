@@ -545,7 +545,8 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for Channel {
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let inner = self.inner.clone();
-        Box::pin(async move { Ok(call::call(inner, request).await) })
+        // The call's own future, boxed as it is (a wrapper would be one
+        // more copy of it on every call).
+        Box::pin(call::call(self.inner.clone(), request))
     }
 }

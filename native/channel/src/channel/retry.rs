@@ -17,8 +17,10 @@ use crate::xds::resource::retry::RetryPolicy as XdsRetryPolicy;
 /// At most this many attempts a call, whatever the policy asks (C-core's
 /// `MAX_MAX_RETRY_ATTEMPTS`).
 pub const MAX_ATTEMPTS: u32 = 5;
-/// The request header that carries the number of earlier attempts.
-pub const PREVIOUS_ATTEMPTS_HEADER: &str = "grpc-previous-rpc-attempts";
+/// The request header that carries the number of earlier attempts
+/// (a name made once: a lookup by `&str` parses it every time).
+pub static PREVIOUS_ATTEMPTS_HEADER: http::HeaderName =
+    http::HeaderName::from_static("grpc-previous-rpc-attempts");
 /// The trailer a server asks for a retry delay with (milliseconds; a
 /// negative value or one that is not a number: no more retries).
 pub const PUSHBACK_TRAILER: &str = "grpc-retry-pushback-ms";
