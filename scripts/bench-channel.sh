@@ -19,7 +19,10 @@
 #      and TLS rows against an mTLS backend: tonic with its own TLS
 #      (tls-ring), the channel with ChannelBuilder::tls and with xDS mTLS
 #      (A29, file_watcher) (goals >= 0.95 x tonic with TLS, p99 within 10%);
-#   5. instructions per unary call under valgrind's callgrind, the client in
+#   5. a client certificate rotation under load (xDS mTLS, 64 tasks, the
+#      backend rotating connections every 500 ms): calls failed (goal 0),
+#      calls/s after against before, when the new certificate was presented;
+#   6. instructions per unary call under valgrind's callgrind, the client in
 #      a process of its own: plain tonic, tether::Channel over the same one
 #      endpoint, and with a session (goals <= 1.05 x plain tonic, sessions
 #      <= 1.05 x without); wall-clock ratios on a shared 2-core machine swing
@@ -28,7 +31,7 @@
 #   scripts/bench-channel.sh            full run: 5 rounds x 18 runs x 3.5 s, 3 EDS rounds (about 6 minutes)
 #   scripts/bench-channel.sh --quick    a smoke run (0.3 s per configuration), under 30 s once built
 # Options (passed to the bench binary): --duration SECS  --warmup SECS  --rounds N
-#   --eds-rounds N  --only eds,updates,picker,throughput,instructions
+#   --eds-rounds N  --only eds,updates,picker,throughput,rotation,instructions
 #   --kinds plain,balance,one,static,session,sessions,xds,least_request,outlier_detection,
 #           weighted_round_robin,tonic_tls,tls,xds_mtls
 # Exits non-zero when a configuration fails calls or a part cannot run;

@@ -1,5 +1,5 @@
 //! The channel benchmark, side by side in one run: `scripts/bench-channel.sh`
-//! (`cargo bench -p tether --bench channel -- [--quick] [--only eds,updates,picker,throughput,instructions] [--kinds plain,...]`).
+//! (`cargo bench -p tether --bench channel -- [--quick] [--only eds,updates,picker,throughput,rotation,instructions] [--kinds plain,...]`).
 //!
 //! 1. EDS: one update of a cluster with 10,000 endpoints (10 localities)
 //!    applied to the LB tree's root (`xds_cluster_manager`) on a real
@@ -24,7 +24,9 @@
 //!    its own TLS (`tls-ring`) against the channel with `ChannelBuilder::tls`
 //!    and with xDS mTLS (gRFC A29, `file_watcher` certificates), each held
 //!    to ≥ 0.95 × tonic's calls/s and p99 within 10%.
-//! 5. Instructions per unary call under callgrind, the client in a process
+//! 5. A client certificate rotation under load: 64 tasks over xDS mTLS,
+//!    the certificate files replaced midway (goal: no call fails).
+//! 6. Instructions per unary call under callgrind, the client in a process
 //!    of its own: plain tonic, the channel over the same endpoint, and with
 //!    a session. Goals ≤ 1.05 × tonic, sessions ≤ 1.05 × without.
 //!
@@ -143,6 +145,12 @@ fn main() -> ExitCode {
             Err(e) => summary.fail(format!("throughput: {e}")),
         }
     }
+    if args.sections.contains("rotation") {
+        match rotation_section(&rt, &args) {
+            Ok(f) => summary.rotation = Some(f),
+            Err(e) => summary.fail(format!("rotation: {e}")),
+        }
+    }
     if args.sections.contains("instructions") {
         match instructions_section(&addrs, &args) {
             Ok(rows) => summary.instructions = rows,
@@ -165,10 +173,17 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "options: --quick | --duration SECS | --warmup SECS | --rounds N | \
---eds-rounds N | --only eds,updates,picker,throughput,instructions | --kinds plain,balance,one,static,session,sessions,xds,least_request,weighted_round_robin,outlier_detection";
+--eds-rounds N | --only eds,updates,picker,throughput,rotation,instructions | --kinds plain,balance,one,static,session,sessions,xds,least_request,weighted_round_robin,outlier_detection";
 
 /// The benchmark's sections, in the order they run.
-const SECTIONS: [&str; 5] = ["eds", "updates", "picker", "throughput", "instructions"];
+const SECTIONS: [&str; 6] = [
+    "eds",
+    "updates",
+    "picker",
+    "throughput",
+    "rotation",
+    "instructions",
+];
 
 struct Args {
     quick: bool,
@@ -1575,6 +1590,7 @@ struct Summary {
     /// Instructions per call, by configuration.
     instructions: Vec<(Kind, f64)>,
     updates: Option<UpdateFigures>,
+    rotation: Option<RotationFigures>,
     failures: Vec<String>,
 }
 
@@ -1819,6 +1835,25 @@ impl Summary {
                 fmt_dur(median_dur(&per_event))
             );
         }
+        if let Some(r) = &self.rotation {
+            println!(
+                "\nclient certificate rotation under load (xDS mTLS, {ROTATION_TASKS} tasks):"
+            );
+            println!(
+                "{}",
+                goal_line(
+                    "  calls failed across the rotation, goal 0",
+                    r.failed == 0 && r.presented_after.is_some(),
+                    &format!(
+                        "{} of {}; calls/s after ÷ before {:.2}; new certificate presented after {}",
+                        r.failed,
+                        r.calls,
+                        r.after / r.before.max(1.0),
+                        r.presented_after.map_or("never".to_owned(), fmt_dur)
+                    )
+                )
+            );
+        }
         if !self.instructions.is_empty() {
             let per = |k: Kind| {
                 self.instructions
@@ -2036,6 +2071,163 @@ fn instructions_section(addrs: &[SocketAddr], args: &Args) -> Result<Vec<(Kind, 
         rows.push((kind, per));
     }
     Ok(rows)
+}
+
+/// What the certificate rotation row measured.
+struct RotationFigures {
+    calls: usize,
+    failed: usize,
+    first_failure: Option<String>,
+    /// Calls/s before the new certificate was written, and after.
+    before: f64,
+    after: f64,
+    /// From writing the new certificate to the first call the backend
+    /// answered over a connection presenting it.
+    presented_after: Option<Duration>,
+    goaways: u64,
+}
+
+/// Calling tasks of the rotation row, and its phases.
+const ROTATION_TASKS: usize = 64;
+
+/// The cost of a client certificate rotation under load (gRFC A29): 64
+/// tasks calling an mTLS backend over xDS mTLS (`file_watcher`, read every
+/// 100 ms) that ends each connection after 500 ms (GOAWAY, as servers'
+/// `max_connection_age`: new connections are what present a rotated
+/// certificate); midway the client certificate files are replaced by a new
+/// certificate of the same CA. Goal: no call fails.
+fn rotation_section(rt: &Runtime, args: &Args) -> Result<RotationFigures, String> {
+    use tether_testkit::tls::{fingerprint, server_config, Ca};
+    // Long enough for a connection made after the rotation (connections
+    // live 500 ms) to present the new certificate.
+    let phase = if args.quick {
+        Duration::from_secs(1)
+    } else {
+        Duration::from_secs(2)
+    };
+    println!(
+        "\n== Rotation: {ROTATION_TASKS} tasks calling over xDS mTLS, the client certificate replaced after {}, \
+         {} more of calls; the backend ends each connection after 500 ms",
+        fmt_dur(phase),
+        fmt_dur(phase)
+    );
+    rt.block_on(async {
+        let servers = Ca::new("rotation server CA");
+        let clients = Ca::new("rotation client CA");
+        let first = clients.issue(&["spiffe://tether.bench/sa/client"]);
+        let second = clients.issue(&["spiffe://tether.bench/sa/client"]);
+        let (backend, goaways) = GrpcBackend::start_tls_rotating(
+            "rotation",
+            server_config(&servers.issue(&[TLS_SAN, "127.0.0.1"]), Some(&clients)),
+            Duration::from_millis(500),
+        )
+        .await;
+        let dir = std::env::temp_dir().join(format!("tether-bench-rotation-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("ca.pem"), servers.pem()).map_err(|e| e.to_string())?;
+        first.write(&dir, "client");
+        let ads = serve_control(
+            &[backend.addr()],
+            &format!(
+                "    tls:\n      caInstance: roots\n      identityInstance: identity\n      subjectAltNames:\n        - exact: \"{TLS_SAN}\"\n"
+            ),
+        )
+        .await?;
+        let file = |n: &str| dir.join(n).display().to_string();
+        let bootstrap = tether::xds::Bootstrap::from_json(&format!(
+            r#"{{"xds_servers":[{{"server_uri":"{ads}","channel_creds":[{{"type":"insecure"}}]}}],"node":{{"id":"bench-rotation"}},
+                "certificate_providers":{{
+                  "roots":{{"plugin_name":"file_watcher","config":{{"ca_certificate_file":"{}","refresh_interval":"0.1s"}}}},
+                  "identity":{{"plugin_name":"file_watcher","config":{{"certificate_file":"{}","private_key_file":"{}","refresh_interval":"0.1s"}}}}}}}}"#,
+            file("ca.pem"),
+            file("client.pem"),
+            file("client.key")
+        ))
+        .map_err(|e| e.to_string())?;
+        let channel = tether::Channel::builder()
+            .bootstrap(bootstrap)
+            .connect("xds:///echo.bench")
+            .map_err(|e| e.to_string())?;
+        let mut warm = EchoClient::new(channel.clone());
+        tokio::time::timeout(WAIT, warm.echo(EchoRequest::default()))
+            .await
+            .map_err(|_| "no answer over mTLS within 30 s")?
+            .map_err(|e| format!("the first call: {e}"))?;
+        let (old_print, new_print) = (fingerprint(&first.cert_der), fingerprint(&second.cert_der));
+        let started = Instant::now();
+        let rotate_at = started + phase;
+        let end = rotate_at + phase;
+        let mut tasks = Vec::new();
+        for _ in 0..ROTATION_TASKS {
+            let mut client = EchoClient::new(channel.clone());
+            tasks.push(tokio::spawn(async move {
+                // (when it ended, ok, the certificate the backend saw)
+                let mut seen: Vec<(Instant, Result<String, String>)> = Vec::new();
+                while Instant::now() < end && seen.len() < 1_000_000 {
+                    let result = match client.echo(EchoRequest::default()).await {
+                        Ok(reply) => Ok(reply
+                            .metadata()
+                            .get("x-client-cert")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("")
+                            .to_owned()),
+                        Err(status) => Err(status.to_string()),
+                    };
+                    seen.push((Instant::now(), result));
+                }
+                seen
+            }));
+        }
+        tokio::time::sleep_until(rotate_at.into()).await;
+        // Written beside, then renamed over: a reader never sees half a file.
+        for (name, text) in [("client.key", &second.key_pem), ("client.pem", &second.cert_pem)] {
+            let tmp = dir.join(format!("{name}.new"));
+            std::fs::write(&tmp, text).map_err(|e| e.to_string())?;
+            std::fs::rename(&tmp, dir.join(name)).map_err(|e| e.to_string())?;
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.map_err(|e| e.to_string())?);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        let failed: Vec<&String> = all.iter().filter_map(|(_, r)| r.as_ref().err()).collect();
+        let unknown = all
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok())
+            .find(|c| **c != old_print && **c != new_print);
+        if let Some(c) = unknown {
+            return Err(format!("the backend saw a client certificate {c:?}, neither the first nor the second"));
+        }
+        let presented_after = all
+            .iter()
+            .filter(|(_, r)| r.as_ref().is_ok_and(|c| *c == new_print))
+            .map(|(t, _)| t.saturating_duration_since(rotate_at))
+            .min();
+        let rate = |from: Instant, to: Instant| {
+            all.iter().filter(|(t, _)| *t >= from && *t < to).count() as f64
+                / to.duration_since(from).as_secs_f64()
+        };
+        let f = RotationFigures {
+            calls: all.len(),
+            failed: failed.len(),
+            first_failure: failed.first().map(|s| s.to_string()),
+            before: rate(started, rotate_at),
+            after: rate(rotate_at, end),
+            presented_after,
+            goaways: goaways.load(Ordering::Relaxed),
+        };
+        println!(
+            "{} calls, {} failed{}; {:.0} calls/s before the rotation, {:.0} after; the new certificate presented {} after it was written; {} GOAWAYs",
+            f.calls,
+            f.failed,
+            f.first_failure.as_deref().map_or(String::new(), |e| format!(" (the first: {e})")),
+            f.before,
+            f.after,
+            f.presented_after.map_or("never".to_owned(), fmt_dur),
+            f.goaways
+        );
+        Ok(f)
+    })
 }
 
 /// Clusters in the many-clusters update row, and endpoints in each.
