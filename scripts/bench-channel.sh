@@ -25,7 +25,8 @@
 #   6. instructions per unary call under valgrind's callgrind, the client in
 #      a process of its own: plain tonic, tether::Channel over the same one
 #      endpoint, and with a session (goals <= 1.05 x plain tonic, sessions
-#      <= 1.05 x without); wall-clock ratios on a shared 2-core machine swing
+#      <= 1.05 x without); tonic with TLS against the channel with TLS and
+#      with xDS mTLS; wall-clock ratios on a shared 2-core machine swing
 #      by several percent between rounds, instruction counts do not.
 #
 #   scripts/bench-channel.sh            full run: 5 rounds x 18 runs x 3.5 s, 3 EDS rounds (about 6 minutes)

@@ -28,7 +28,8 @@
 //!    the certificate files replaced midway (goal: no call fails).
 //! 6. Instructions per unary call under callgrind, the client in a process
 //!    of its own: plain tonic, the channel over the same endpoint, and with
-//!    a session. Goals ≤ 1.05 × tonic, sessions ≤ 1.05 × without.
+//!    a session (goals ≤ 1.05 × tonic, sessions ≤ 1.05 × without); tonic
+//!    with TLS, the channel with TLS and with xDS mTLS to the same backend.
 //!
 //! Everything is on loopback (127.0.0.0/8). Every loop is bounded by a count or a deadline.
 
@@ -152,7 +153,7 @@ fn main() -> ExitCode {
         }
     }
     if args.sections.contains("instructions") {
-        match instructions_section(&addrs, &args) {
+        match instructions_section(&rt, &addrs, &args) {
             Ok(rows) => summary.instructions = rows,
             Err(e) => summary.fail(format!("instructions: {e}")),
         }
@@ -1243,7 +1244,11 @@ async fn serve_control(addrs: &[SocketAddr], service: &str) -> Result<SocketAddr
 /// certificates the tests' CA issued, written where an xDS bootstrap's
 /// `file_watcher` reads them. One per process.
 struct TlsStage {
-    backend: GrpcBackend,
+    /// The mTLS backend's address.
+    addr: SocketAddr,
+    /// The backend itself, in the process that started it (the callgrind
+    /// child uses its parent's: only the client is counted).
+    _backend: Option<GrpcBackend>,
     dir: std::path::PathBuf,
     ca_pem: String,
     client_cert_pem: String,
@@ -1252,12 +1257,36 @@ struct TlsStage {
 
 const TLS_SAN: &str = "spiffe://tether.bench/sa/echo";
 
+/// Set for the callgrind child: `ADDR DIR` of its parent's TLS stage.
+const TLS_STAGE_ENV: &str = "TETHER_BENCH_TLS_STAGE";
+
+/// The parent's TLS stage, from `ADDR DIR` (the certificates are files in
+/// DIR).
+fn shared_tls_stage(shared: &str) -> Result<TlsStage, String> {
+    let (addr, dir) = shared
+        .split_once(' ')
+        .ok_or_else(|| format!("{TLS_STAGE_ENV}={shared:?}: expected ADDR DIR"))?;
+    let dir = std::path::PathBuf::from(dir);
+    let read = |n: &str| std::fs::read_to_string(dir.join(n)).map_err(|e| format!("{n}: {e}"));
+    Ok(TlsStage {
+        addr: addr.parse().map_err(|e| format!("{addr:?}: {e}"))?,
+        _backend: None,
+        ca_pem: read("ca.pem")?,
+        client_cert_pem: read("client.pem")?,
+        client_key_pem: read("client.key")?,
+        dir,
+    })
+}
+
 async fn tls_stage() -> Result<&'static TlsStage, String> {
     static STAGE: tokio::sync::OnceCell<Result<TlsStage, String>> =
         tokio::sync::OnceCell::const_new();
     STAGE
         .get_or_init(|| async {
             use tether_testkit::tls::{server_config, Ca};
+            if let Ok(shared) = std::env::var(TLS_STAGE_ENV) {
+                return shared_tls_stage(&shared);
+            }
             let servers = Ca::new("bench server CA");
             let clients = Ca::new("bench client CA");
             let client = clients.issue(&["spiffe://tether.bench/sa/client"]);
@@ -1271,7 +1300,8 @@ async fn tls_stage() -> Result<&'static TlsStage, String> {
             std::fs::write(dir.join("ca.pem"), servers.pem()).map_err(|e| e.to_string())?;
             client.write(&dir, "client");
             Ok(TlsStage {
-                backend,
+                addr: backend.addr(),
+                _backend: Some(backend),
                 dir,
                 ca_pem: servers.pem(),
                 client_cert_pem: client.cert_pem.clone(),
@@ -1287,7 +1317,7 @@ async fn tls_stage() -> Result<&'static TlsStage, String> {
 /// naming the bootstrap's `file_watcher` instances.
 async fn control_plane_mtls(t: &TlsStage) -> Result<tether::xds::Bootstrap, String> {
     let ads = serve_control(
-        &[t.backend.addr()],
+        &[t.addr],
         &format!(
             "    tls:\n      caInstance: roots\n      identityInstance: identity\n      subjectAltNames:\n        - exact: \"{TLS_SAN}\"\n"
         ),
@@ -1402,7 +1432,7 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
                 .identity(Identity::from_pem(&t.client_cert_pem, &t.client_key_pem))
                 .domain_name("127.0.0.1");
             Client::Tonic(EchoClient::new(
-                tonic::transport::Endpoint::from_shared(format!("https://{}", t.backend.addr()))
+                tonic::transport::Endpoint::from_shared(format!("https://{}", t.addr))
                     .map_err(|e| e.to_string())?
                     .tls_config(tls)
                     .map_err(|e| e.to_string())?
@@ -1421,7 +1451,7 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
                     .tls(tls)
                     .connect_static(StaticConfig::new(
                         "echo",
-                        vec![StaticEndpoint::new(t.backend.addr())],
+                        vec![StaticEndpoint::new(t.addr)],
                     ))
                     .map_err(|e| e.to_string())?,
             ))
@@ -1886,6 +1916,13 @@ impl Summary {
                     )
                 );
             }
+            if let Some(tonic_tls) = per(Kind::TonicTls) {
+                for kind in [Kind::TetherTls, Kind::TetherXdsMtls] {
+                    if let Some(n) = per(kind) {
+                        println!("  {} ÷ tonic with TLS: {:.3}", kind.label(), n / tonic_tls);
+                    }
+                }
+            }
         }
         if let Some(e) = &self.eds {
             let first = median_dur(&e.first);
@@ -1982,6 +2019,11 @@ fn fmt_dur(d: Duration) -> String {
 /// the channel over the same one endpoint, and the same with a session.
 const COUNTED: [Kind; 3] = [Kind::Plain, Kind::TetherOne, Kind::TetherSession];
 
+/// The same for the mTLS rows: tonic with its own TLS, the channel with
+/// `ChannelBuilder::tls` and with xDS mTLS, all to the TLS stage's backend
+/// (in the parent process).
+const COUNTED_TLS: [Kind; 3] = [Kind::TonicTls, Kind::TetherTls, Kind::TetherXdsMtls];
+
 /// Child mode, `--count KIND --calls N ADDR...`: `N` sequential calls of
 /// configuration KIND to the parent's backends, on a current-thread runtime,
 /// so that callgrind counts the client alone.
@@ -2018,15 +2060,25 @@ fn count_calls(args: &[String]) -> Result<(), String> {
     })
 }
 
-/// Total instructions (callgrind's `summary:`) of one child run.
-fn callgrind_total(kind: Kind, calls: usize, addrs: &[SocketAddr]) -> Result<u64, String> {
+/// Total instructions (callgrind's `summary:`) of one child run; `tls`:
+/// the TLS stage it shares.
+fn callgrind_total(
+    kind: Kind,
+    calls: usize,
+    addrs: &[SocketAddr],
+    tls: Option<&TlsStage>,
+) -> Result<u64, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::env::temp_dir().join(format!(
         "tether-bench-callgrind-{}-{}-{calls}.out",
         std::process::id(),
         kind.key()
     ));
-    let status = std::process::Command::new("valgrind")
+    let mut command = std::process::Command::new("valgrind");
+    if let Some(t) = tls {
+        command.env(TLS_STAGE_ENV, format!("{} {}", t.addr, t.dir.display()));
+    }
+    let status = command
         .args(["--tool=callgrind", "--quiet"])
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(&exe)
@@ -2053,16 +2105,26 @@ fn callgrind_total(kind: Kind, calls: usize, addrs: &[SocketAddr]) -> Result<u64
 /// runs with different call counts (their difference leaves out start-up
 /// and connecting); the backends stay in this process, so only the client
 /// is counted.
-fn instructions_section(addrs: &[SocketAddr], args: &Args) -> Result<Vec<(Kind, f64)>, String> {
+fn instructions_section(
+    rt: &Runtime,
+    addrs: &[SocketAddr],
+    args: &Args,
+) -> Result<Vec<(Kind, f64)>, String> {
     let (few, many) = if args.quick { (50, 150) } else { (300, 1300) };
     println!(
         "\n== 5. Instructions per unary call under callgrind: ({many} calls − {few} calls) / {}",
         many - few
     );
     let mut rows = Vec::new();
-    for kind in COUNTED {
-        let a = callgrind_total(kind, few, addrs)?;
-        let b = callgrind_total(kind, many, addrs)?;
+    let tls_kinds = COUNTED_TLS.into_iter().filter(|k| args.kinds.contains(k));
+    for kind in COUNTED.into_iter().chain(tls_kinds) {
+        let tls = if COUNTED_TLS.contains(&kind) {
+            Some(rt.block_on(tls_stage())?)
+        } else {
+            None
+        };
+        let a = callgrind_total(kind, few, addrs, tls)?;
+        let b = callgrind_total(kind, many, addrs, tls)?;
         let per = b.saturating_sub(a) as f64 / (many - few) as f64;
         println!(
             "{}: {per:.0} instructions/call ({a} for {few}, {b} for {many})",
