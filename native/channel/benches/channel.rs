@@ -2448,21 +2448,24 @@ fn feed_until(
     Ok(())
 }
 
-/// Whether `root` picks `cluster` to a subchannel.
+/// Whether `root` picks `cluster` to a subchannel (the call ends at once).
 fn picks_cluster(root: &ClusterManager, cluster: &str) -> bool {
     let attributes = CallAttributes {
         cluster: Arc::from(cluster),
         ..Default::default()
     };
     let headers = http::HeaderMap::new();
-    matches!(
-        root.picker().pick(&PickArgs {
-            path: ECHO_PATH,
-            headers: &headers,
-            attributes: &attributes,
-        }),
-        PickResult::Complete(_)
-    )
+    match root.picker().pick(&PickArgs {
+        path: ECHO_PATH,
+        headers: &headers,
+        attributes: &attributes,
+    }) {
+        PickResult::Complete(pick) => {
+            pick.trackers.finished(true);
+            true
+        }
+        _ => false,
+    }
 }
 
 /// `n` addresses on 127.1.0.0/16 and up, port 1 (nothing listens: each

@@ -705,19 +705,6 @@ impl Child {
     }
 }
 
-/// Passes an event to every child; whether any changed.
-pub fn event_to_all<'c>(
-    ctx: &mut Ctx<'_>,
-    event: &Event,
-    children: impl IntoIterator<Item = &'c mut Child>,
-) -> bool {
-    let mut changed = false;
-    for c in children {
-        changed |= c.event(ctx, event);
-    }
-    changed
-}
-
 impl fmt::Debug for Child {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Child({})", self.name)

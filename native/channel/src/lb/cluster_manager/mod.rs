@@ -118,14 +118,15 @@ impl Holders {
         self.by_cluster.insert(cluster.clone(), held);
     }
 
-    /// Forgets `cluster` (it went), or only the addresses it holds that
-    /// `live` says no subchannel has any more.
-    fn forget(&mut self, cluster: &Arc<str>, live: impl Fn(SocketAddr) -> bool, all: bool) {
+    /// Forgets the addresses `cluster` holds that `live` says no
+    /// subchannel has any more (all of them, for a cluster that went:
+    /// `|_| false`).
+    fn forget(&mut self, cluster: &Arc<str>, live: impl Fn(SocketAddr) -> bool) {
         let Some(mut held) = self.by_cluster.remove(cluster) else {
             return;
         };
         held.retain(|address| {
-            let keep = !all && live(*address);
+            let keep = live(*address);
             if !keep {
                 if let Some(clusters) = self.by_address.get_mut(address) {
                     clusters.retain(|c| c != cluster);
@@ -222,7 +223,7 @@ impl LbPolicy for ClusterManager {
                 .is_some_and(|(o, ..)| !Arc::ptr_eq(o, &name) && **o < *name)
             {
                 if let Some((gone, ..)) = old.next() {
-                    self.holders.forget(&gone, |_| false, true);
+                    self.holders.forget(&gone, |_| false);
                 }
                 changed = true;
             }
@@ -235,7 +236,7 @@ impl LbPolicy for ClusterManager {
                         c.update(ctx, child.clone())
                     });
                     // Subchannels the cluster let go of: no more events.
-                    self.holders.forget(&o, |a| ctx.has_subchannel(a), false);
+                    self.holders.forget(&o, |a| ctx.has_subchannel(a));
                     children.push((o, c, child));
                     changed = true;
                 }
@@ -251,7 +252,7 @@ impl LbPolicy for ClusterManager {
         }
         changed |= old.peek().is_some();
         for (gone, ..) in old {
-            self.holders.forget(&gone, |_| false, true);
+            self.holders.forget(&gone, |_| false);
         }
         self.children = children;
         self.changed(changed)
