@@ -258,9 +258,8 @@ impl Session {
     ) -> Option<(SocketAddr, Option<&'s str>)> {
         let address = served.address.filter(|_| !served.connect_failed)?;
         let format = self.config.format;
-        let cluster = served
-            .cluster
-            .filter(|c| !c.is_empty() && !cookie::has_control(c));
+        // A cluster name a cookie cannot carry is left out of it.
+        let writable = |c: &&str| !c.is_empty() && !cookie::has_control(c);
         match lookup {
             Lookup::Bypass => return None,
             Lookup::Miss(_) => {}
@@ -270,9 +269,11 @@ impl Session {
                     || (format.carries_address_list()
                         && !served.other_addresses.is_empty()
                         && c.addresses.others() != served.other_addresses);
+                // The same name needs no scan: the cookie carried it.
                 let recluster = format.carries_cluster()
-                    && cluster.is_some()
-                    && c.cluster.as_deref() != cluster;
+                    && served
+                        .cluster
+                        .is_some_and(|s| c.cluster.as_deref() != Some(s) && writable(&s));
                 let upgrade = pin.signature == Signature::Unsigned && !self.config.keys.is_empty();
                 // A cookie stock Envoys in the fleet would not read is
                 // re-issued in a form they read (`grpc` is never theirs).
@@ -284,7 +285,7 @@ impl Session {
                 }
             }
         }
-        Some((address, cluster))
+        Some((address, served.cluster.filter(writable)))
     }
 
     /// The header that pins a client to `address` (and the endpoint's other

@@ -392,16 +392,29 @@ async fn a_session_survives_its_endpoint_changing_address_when_it_keeps_another(
 /// (phase when sent, backend or error, Set-Cookie count).
 struct DrainSession {
     jar: tether::session::CookieJar,
-    client: tether_testkit::grpc::EchoClient<tether::session::CookieJarService<tether::Channel>>,
+    client: DrainClient,
+}
+
+/// A session's client: the jar as a layer around the channel, or inside a
+/// channel handle; the channel counts both kinds by their jar.
+enum DrainClient {
+    Layer(tether_testkit::grpc::EchoClient<tether::session::CookieJarService<tether::Channel>>),
+    Handle(tether_testkit::grpc::EchoClient<tether::Channel>),
 }
 
 impl DrainSession {
-    fn new(ch: &tether::Channel) -> Self {
+    /// A session; `in_handle`: the jar inside a channel handle.
+    fn new(ch: &tether::Channel, in_handle: bool) -> Self {
         use tether::session::{CookieJar, CookieJarLayer, Layer};
+        use tether_testkit::grpc::EchoClient;
         let jar = CookieJar::new();
-        let client = tether_testkit::grpc::EchoClient::new(
-            CookieJarLayer::new(jar.clone()).layer(ch.clone()),
-        );
+        let client = if in_handle {
+            DrainClient::Handle(EchoClient::new(ch.with_cookie_jar(jar.clone())))
+        } else {
+            DrainClient::Layer(EchoClient::new(
+                CookieJarLayer::new(jar.clone()).layer(ch.clone()),
+            ))
+        };
         DrainSession { jar, client }
     }
 
@@ -411,7 +424,11 @@ impl DrainSession {
             message: "x".into(),
         });
         request.set_timeout(Duration::from_secs(20));
-        match self.client.echo(request).await {
+        let reply = match &mut self.client {
+            DrainClient::Layer(c) => c.echo(request).await,
+            DrainClient::Handle(c) => c.echo(request).await,
+        };
+        match reply {
             Ok(r) => {
                 let set = r.metadata().get_all("set-cookie").iter().count();
                 (Ok(r.into_inner().backend), set)
@@ -451,7 +468,8 @@ async fn readiness_until(
     }
 }
 
-/// The drain: 200 sessions, each with its own jar, call continuously. One
+/// The drain: 200 sessions, each with its own jar (half of them inside a
+/// channel handle), call continuously. One
 /// endpoint goes DRAINING: its sessions stay, no new session lands on it,
 /// and its drain readiness counts exactly its sessions. Then it is
 /// removed: its sessions move, each with one new cookie, other sessions
@@ -482,8 +500,9 @@ async fn a_drain_of_200_sessions_loses_no_call() {
     // Every session's first call pins it.
     let mut sessions = Vec::new();
     let mut pinned: HashMap<String, usize> = HashMap::new();
-    for _ in 0..SESSIONS {
-        let mut s = DrainSession::new(&ch);
+    for i in 0..SESSIONS {
+        // Half the sessions keep their jar in a channel handle.
+        let mut s = DrainSession::new(&ch, i % 2 == 1);
         let (backend, set) = s.call().await;
         let backend = backend.expect("first calls succeed");
         assert_eq!(set, 1, "a new session gets its cookie");
@@ -530,7 +549,7 @@ async fn a_drain_of_200_sessions_loses_no_call() {
     .await;
     // New sessions avoid it.
     for _ in 0..30 {
-        let (backend, _) = DrainSession::new(&ch).call().await;
+        let (backend, _) = DrainSession::new(&ch, false).call().await;
         assert_ne!(backend.unwrap(), target, "a new session landed on DRAINING");
     }
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -1,5 +1,6 @@
-//! The cookie jar layer against a real tonic server that sets cookies, over
-//! `tether::Channel` and over a plain `tonic::transport::Channel`: the
+//! The cookie jar against a real tonic server that sets cookies: as a layer
+//! over `tether::Channel` and over a plain `tonic::transport::Channel`, and
+//! inside a `tether::Channel` handle (`with_cookie_jar`): the
 //! cookies a reply sets come back on later calls, a `Max-Age=0` cookie
 //! deletes, and an error (a trailers-only response) stores its cookies too.
 
@@ -146,22 +147,45 @@ where
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
-#[tokio::test]
-async fn jar_over_tether_channel() {
-    let (addr, server) = start_server().await;
-    let channel = Channel::builder()
+/// A tether channel to the server at `addr`.
+fn tether_channel(addr: SocketAddr) -> Channel {
+    Channel::builder()
         // Calls wait while the subchannel connects instead of failing.
         .wait_for_ready(true)
         .connect_static(
             StaticConfig::new("cookie-echo", vec![StaticEndpoint::new(addr)])
                 .with_policy(EndpointPolicy::RoundRobin),
         )
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn jar_over_tether_channel() {
+    let (addr, server) = start_server().await;
+    let channel = tether_channel(addr);
     let jar = CookieJar::new();
     let client = EchoClient::new(CookieJarLayer::new(jar.clone()).layer(channel));
     tokio::time::timeout(DEADLINE, conversation(client, &jar))
         .await
         .expect("conversation in time");
+    server.abort();
+}
+
+/// The same conversation through a channel handle that carries the jar
+/// itself (`Channel::with_cookie_jar`); the handle it came from sends no
+/// cookie.
+#[tokio::test]
+async fn jar_in_a_tether_channel_handle() {
+    let (addr, server) = start_server().await;
+    let channel = tether_channel(addr);
+    let jar = CookieJar::new();
+    let client = EchoClient::new(channel.with_cookie_jar(jar.clone()));
+    tokio::time::timeout(DEADLINE, conversation(client, &jar))
+        .await
+        .expect("conversation in time");
+    let mut plain = EchoClient::new(channel);
+    assert_eq!(call(&mut plain, "hello").await.unwrap(), "");
+    assert_eq!(jar.get("s").as_deref(), Some("4"), "the jar is left alone");
     server.abort();
 }
 

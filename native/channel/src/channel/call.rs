@@ -22,15 +22,21 @@ use super::retry::{self, Backoff, Pushback, RetryPolicy};
 use super::work_serializer::{Routing, Shared, Snapshot};
 use super::{Inner, WaitForReady};
 use crate::lb::{CallAttributes, PickArgs, PickResult, Subchannel, Trackers};
+use crate::session::jar::JarCall;
 use crate::session::SessionId;
 use crate::subchannel::{Connection, SendError};
 use tether_core::session::{Emit, Served};
 
-/// The call's session for drain readiness: the caller's [`SessionId`]
-/// (its jar's), else the addresses its cookie names (cookies naming the
-/// same addresses count as one session); none for a call with neither.
-fn session_id(extensions: &http::Extensions, session: &SessionCall) -> Option<u64> {
-    if let Some(id) = extensions.get::<SessionId>() {
+/// The call's session for drain readiness: the channel handle's jar's
+/// (`handle`), else the caller's [`SessionId`] (a jar layer's), else the
+/// addresses its cookie names (cookies naming the same addresses count as
+/// one session); none for a call with neither.
+fn session_id(
+    handle: Option<SessionId>,
+    extensions: &http::Extensions,
+    session: &SessionCall,
+) -> Option<u64> {
+    if let Some(id) = handle.or_else(|| extensions.get::<SessionId>().copied()) {
         return Some(id.0);
     }
     let addresses = session.lookup().addresses()?;
@@ -59,13 +65,18 @@ pub struct Attempts(pub u32);
 pub(crate) async fn call(
     inner: Arc<Inner>,
     request: http::Request<Body>,
+    jar: Option<JarCall>,
 ) -> Result<http::Response<Body>, std::convert::Infallible> {
     let deadline = grpc_timeout(request.headers()).map(|t| Instant::now() + t);
     let mut attempts = 0;
-    let mut response = match run(&inner, request, deadline, &mut attempts).await {
+    let session = jar.as_ref().map(JarCall::session_id);
+    let mut response = match run(&inner, request, deadline, &mut attempts, session).await {
         Ok(response) => response,
         Err(status) => status.into_http(),
     };
+    if let Some(jar) = &jar {
+        jar.store(response.headers());
+    }
     response.extensions_mut().insert(Attempts(attempts));
     Ok(response)
 }
@@ -156,19 +167,24 @@ async fn run(
     mut request: http::Request<Body>,
     mut deadline: Option<Instant>,
     attempts: &mut u32,
+    session: Option<SessionId>,
 ) -> Result<http::Response<Body>, Status> {
     let wait_for_ready = request
         .extensions()
         .get::<WaitForReady>()
         .map_or(inner.wait_for_ready, |w| w.0);
-    let path = request.uri().path().to_owned();
+    // A shared buffer (tonic's clients name their methods statically): no
+    // copy of the path.
+    let path_and_query = request.uri().path_and_query().cloned();
+    let path = path_and_query.as_ref().map_or("", PathAndQuery::path);
 
     // Routes first: queue until the resolver has answered.
-    let call_config = loop {
+    let (call_config, routed_by) = loop {
         let snapshot = inner.shared.snapshot.load_full();
         match &snapshot.routing {
             Routing::Ready(selector) => {
-                break selector.select(&path, request.headers(), &inner.channel_id)?
+                let config = selector.select(path, request.headers(), &inner.channel_id)?;
+                break (config, snapshot);
             }
             Routing::Failed(status) if !wait_for_ready => return Err(status.clone()),
             _ => {}
@@ -181,8 +197,12 @@ async fn run(
             deadline = Some(route_deadline);
         }
     }
+    // The first pick reads the snapshot that routed the call (read
+    // moments ago), unless a fault delay came between them.
+    let mut routed_by = Some(routed_by);
     // Fault injection (A33) runs once the route is known, before any pick.
     if let Some(faults) = &call_config.faults {
+        routed_by = None;
         Box::pin(crate::fault::inject(faults, request.headers(), deadline)).await?;
     }
     let attributes = CallAttributes {
@@ -192,7 +212,7 @@ async fn run(
         session_id: call_config
             .session
             .as_ref()
-            .and_then(|s| session_id(request.extensions(), s)),
+            .and_then(|s| session_id(session, request.extensions(), s)),
     };
 
     *request.uri_mut() = uri_for(&inner.authority, request.uri())?;
@@ -227,9 +247,11 @@ async fn run(
             retries.start(&mut parts.headers);
         }
         let (subchannel, guard, connection, endpoint, policy, snapshot) = loop {
-            let snapshot = inner.shared.snapshot.load_full();
+            let snapshot = routed_by
+                .take()
+                .unwrap_or_else(|| inner.shared.snapshot.load_full());
             let args = PickArgs {
-                path: &path,
+                path,
                 headers: &parts.headers,
                 attributes: &attributes,
             };
@@ -441,6 +463,11 @@ fn set_cookie(
         cluster: Some(cluster),
         connect_failed: false,
     };
+    // Most answers keep the session where it is: decide before reading
+    // the clock, which only a new cookie needs.
+    if !s.session.wants_cookie(s.lookup(), &served) {
+        return;
+    }
     let now = super::config_selector::epoch_seconds();
     if let Some(Emit::SetCookie(value)) = s.session.respond(s.lookup(), &served, now) {
         match HeaderValue::from_str(&value) {

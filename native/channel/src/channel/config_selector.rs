@@ -8,12 +8,13 @@
 //! and the fault injection configs (A33) in effect for the route and
 //! cluster, resolved the same way.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 use tonic::Status;
 
 use super::cookie_notes::CookieNotes;
@@ -140,15 +141,35 @@ impl LookupMemo {
         (hash, (hash as usize) % MEMO_SHARDS)
     }
 
-    fn get(&self, session: usize, cookie: &[u8], now: u64) -> Option<Arc<Decoded>> {
+    /// The memo of `cookie` under `session`, unless it expired by `now()`
+    /// (read only for a cookie that expires: most never do, and the clock
+    /// costs more than the rest of a hit).
+    #[cfg(test)]
+    fn get(
+        &self,
+        session: usize,
+        cookie: &[u8],
+        now: impl FnOnce() -> u64,
+    ) -> Option<Arc<Decoded>> {
+        self.get_until(session, cookie, now).map(|(d, _)| d)
+    }
+
+    /// [`LookupMemo::get`] with the entry's expiry.
+    fn get_until(
+        &self,
+        session: usize,
+        cookie: &[u8],
+        now: impl FnOnce() -> u64,
+    ) -> Option<(Arc<Decoded>, u64)> {
         let (hash, shard) = self.key(session, cookie);
         let shard = self.shards[shard]
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         shard
             .get(&hash)
-            .filter(|e| e.session == session && *e.cookie == *cookie && now <= e.until)
-            .map(|e| e.decoded.clone())
+            .filter(|e| e.session == session && *e.cookie == *cookie)
+            .filter(|e| e.until == u64::MAX || now() <= e.until)
+            .map(|e| (e.decoded.clone(), e.until))
     }
 
     fn put(&self, session: usize, cookie: &[u8], until: u64, decoded: Arc<Decoded>) {
@@ -168,6 +189,54 @@ impl LookupMemo {
                 decoded,
             },
         );
+    }
+}
+
+/// The last cookie this thread looked up, in front of the shared memo: a
+/// session's calls on one thread (the common case) find it without
+/// hashing the cookie or taking a shard's lock.
+struct LastLookup {
+    /// Held, so that a session at the same address is this one.
+    session: Arc<Session>,
+    /// Held, so that a header at the same address holds the same bytes.
+    cookie: HeaderValue,
+    /// As in the memo (epoch seconds).
+    until: u64,
+    decoded: Arc<Decoded>,
+}
+
+thread_local! {
+    static LAST_LOOKUP: RefCell<Option<LastLookup>> = const { RefCell::new(None) };
+}
+
+/// The decoded `cookie` under `session` if this thread's last lookup was it.
+fn last_lookup(session: &Arc<Session>, cookie: &HeaderValue) -> Option<Arc<Decoded>> {
+    LAST_LOOKUP.with_borrow(|last| {
+        let last = last.as_ref()?;
+        let (a, b) = (last.cookie.as_bytes(), cookie.as_bytes());
+        // The same buffer (a cookie jar sends one header value over and
+        // over) is the same bytes without comparing them.
+        let same = (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b;
+        (Arc::ptr_eq(&last.session, session)
+            && same
+            && (last.until == u64::MAX || epoch_seconds() <= last.until))
+            .then(|| last.decoded.clone())
+    })
+}
+
+fn remember_lookup(
+    session: &Arc<Session>,
+    cookie: Option<&HeaderValue>,
+    until: u64,
+    decoded: &Arc<Decoded>,
+) {
+    if let Some(cookie) = cookie {
+        LAST_LOOKUP.set(Some(LastLookup {
+            session: session.clone(),
+            cookie: cookie.clone(),
+            until,
+            decoded: decoded.clone(),
+        }));
     }
 }
 
@@ -267,14 +336,20 @@ impl ConfigSelector {
     /// What the call's cookie says under `session`, from the memo when an
     /// earlier call sent the same cookie.
     fn lookup(&self, session: &Arc<Session>, path: &str, headers: &HeaderMap) -> Arc<Decoded> {
-        let now = epoch_seconds();
         let mut values = headers.get_all(http::header::COOKIE).iter();
-        let one = match (values.next(), values.next()) {
-            (Some(v), None) if !session.reads_path() => Some(v.as_bytes()),
+        let header = match (values.next(), values.next()) {
+            (Some(v), None) if !session.reads_path() => Some(v),
             _ => None,
         };
+        if let Some(decoded) = header.and_then(|v| last_lookup(session, v)) {
+            self.note(&decoded);
+            return decoded;
+        }
+        let one = header.map(HeaderValue::as_bytes);
         let id = Arc::as_ptr(session) as usize;
-        if let Some(decoded) = one.and_then(|c| self.memo.get(id, c, now)) {
+        if let Some(decoded) = one.and_then(|c| self.memo.get_until(id, c, epoch_seconds)) {
+            let (decoded, until) = decoded;
+            remember_lookup(session, header, until, &decoded);
             self.note(&decoded);
             return decoded;
         }
@@ -288,10 +363,11 @@ impl ConfigSelector {
             cookies: &cookies,
             header: None,
         };
-        let decoded = Arc::new(Decoded::new(session.lookup(&request, now)));
+        let decoded = Arc::new(Decoded::new(session.lookup(&request, epoch_seconds())));
         if let (Some(cookie), Lookup::Pinned(pin)) = (one, &decoded.lookup) {
             let until = pin.cookie.expires.unwrap_or(u64::MAX);
             self.memo.put(id, cookie, until, decoded.clone());
+            remember_lookup(session, header, until, &decoded);
         }
         self.note(&decoded);
         decoded
@@ -1159,8 +1235,35 @@ mod tests {
         let bytes = pinned.get(http::header::COOKIE).unwrap().as_bytes();
         sel.memo
             .put(id, bytes, epoch_seconds() - 10, expired.clone());
-        assert!(sel.memo.get(id, bytes, epoch_seconds()).is_none());
+        assert!(sel.memo.get(id, bytes, epoch_seconds).is_none());
+        LAST_LOOKUP.set(None);
         assert!(!Arc::ptr_eq(&expired, &sel.lookup(&s, "/", &pinned)));
+    }
+
+    #[test]
+    fn a_threads_last_lookup_serves_the_same_session_and_cookie_only() {
+        let sel = selector_with(vec![]);
+        let s = session("/");
+        let pinned = cookie_headers(&["s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE="]);
+        let first = sel.lookup(&s, "/", &pinned);
+        assert!(matches!(first.lookup, Lookup::Pinned(_)));
+        // The same bytes in another buffer, and the same buffer: both hit.
+        let copy = cookie_headers(&["s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE="]);
+        assert!(Arc::ptr_eq(&first, &sel.lookup(&s, "/", &copy)));
+        assert!(Arc::ptr_eq(&first, &sel.lookup(&s, "/", &pinned)));
+        // Another cookie, or the same cookie under another session: not it.
+        let other = cookie_headers(&["s=MTI3LjAuMC4yOjQ0MztjbHVzdGVyXzE="]);
+        let second = sel.lookup(&s, "/", &other);
+        assert_ne!(second.addresses, first.addresses);
+        let s2 = session("/");
+        let under_s2 = sel.lookup(&s2, "/", &pinned);
+        assert!(!Arc::ptr_eq(&first, &under_s2));
+        // A remembered lookup past its expiry is not served.
+        let value = pinned.get(http::header::COOKIE).unwrap();
+        remember_lookup(&s, Some(value), epoch_seconds() - 10, &first);
+        assert!(last_lookup(&s, value).is_none());
+        remember_lookup(&s, Some(value), epoch_seconds() + 60, &first);
+        assert!(last_lookup(&s, value).is_some());
     }
 
     #[test]

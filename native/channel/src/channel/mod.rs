@@ -214,6 +214,8 @@ impl Drop for Inner {
 #[derive(Clone)]
 pub struct Channel {
     inner: Arc<Inner>,
+    /// The session this handle's calls belong to ([`Channel::with_cookie_jar`]).
+    jar: Option<crate::session::jar::ChannelJar>,
 }
 
 impl fmt::Debug for Channel {
@@ -396,6 +398,7 @@ impl ChannelBuilder {
         let task = tokio::spawn(resolver::run(client, name, inner.control.clone()));
         inner.tasks.push(task.abort_handle());
         Ok(Channel {
+            jar: None,
             inner: Arc::new(inner),
         })
     }
@@ -414,6 +417,7 @@ impl ChannelBuilder {
             .control
             .send(Control::Resolved(Ok(Box::new(resolved))));
         Ok(Channel {
+            jar: None,
             inner: Arc::new(inner),
         })
     }
@@ -506,6 +510,32 @@ impl Channel {
         Channel::builder().connect_static(config)
     }
 
+    /// A handle to the same channel whose calls are one session: they
+    /// carry `jar`'s cookies, and the cookies answers set go into it, as
+    /// through a [`CookieJarLayer`](crate::session::CookieJarLayer), but
+    /// without a layer: the channel hands the jar's session to its session
+    /// filter directly, which costs less on every call. Clones share the
+    /// jar; the original handle is left as it was.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tether::session::CookieJar;
+    ///
+    /// let channel = tether::Channel::from_target("xds:///shop.example").await?;
+    /// let jar = CookieJar::new();
+    /// let session = channel.with_cookie_jar(jar.clone());
+    /// // EchoClient::new(session) ... every call of it goes to the endpoint
+    /// // the session's cookie names; `jar` shows what was stored.
+    /// # let _ = session;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_cookie_jar(&self, jar: crate::session::CookieJar) -> Channel {
+        Channel {
+            inner: self.inner.clone(),
+            jar: Some(crate::session::jar::ChannelJar::new(jar)),
+        }
+    }
+
     /// The channel's target.
     pub fn target(&self) -> &str {
         &self.inner.target
@@ -544,9 +574,10 @@ impl tower_service::Service<http::Request<tonic::body::Body>> for Channel {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<tonic::body::Body>) -> Self::Future {
+        let jar = self.jar.as_mut().map(|j| j.apply(&mut request));
         // The call's own future, boxed as it is (a wrapper would be one
         // more copy of it on every call).
-        Box::pin(call::call(self.inner.clone(), request))
+        Box::pin(call::call(self.inner.clone(), request, jar))
     }
 }

@@ -16,22 +16,21 @@ pin_project! {
         #[pin]
         inner: F,
         jar: CookieJar,
-        // The request's URI: its path is the default path of cookies set
-        // without one.
-        uri: http::Uri,
+        // The request's path: the default path of cookies set without one.
+        path: Option<http::uri::PathAndQuery>,
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, jar: CookieJar, uri: http::Uri) -> Self {
-        ResponseFuture { inner, jar, uri }
+    pub(crate) fn new(inner: F, jar: CookieJar, path: Option<http::uri::PathAndQuery>) -> Self {
+        ResponseFuture { inner, jar, path }
     }
 }
 
 impl<F> fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("path", &self.uri.path())
+            .field("path", &self.path.as_ref().map(|p| p.path()))
             .finish_non_exhaustive()
     }
 }
@@ -48,7 +47,8 @@ where
         // A trailers-only gRPC response (an error without a body) carries
         // its metadata as these headers too, so errors store cookies alike.
         if let Ok(response) = &result {
-            this.jar.store_response(response.headers(), this.uri.path());
+            let path = this.path.as_ref().map_or("/", |p| p.path());
+            this.jar.store_response(response.headers(), path);
         }
         Poll::Ready(result)
     }

@@ -42,6 +42,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
+use arc_swap::cache::Cache;
 use arc_swap::ArcSwapOption;
 use cookie::time::OffsetDateTime;
 use cookie::{Cookie, ParseError};
@@ -102,22 +103,46 @@ struct Store {
     /// request path gets the same one): a session's calls then send it
     /// without rebuilding it. Written under the store's lock, read without
     /// it (a session's concurrent calls would otherwise queue on the lock).
-    header: Arc<ArcSwapOption<CachedHeader>>,
+    header: Arc<HeaderCache>,
+}
+
+/// The kept `cookie` header, read without a lock by every call of a
+/// session (through a [`HeaderReader`]) and replaced when cookies change.
+type HeaderCache = ArcSwapOption<CachedHeader>;
+
+/// One service's view of a jar's kept header: `arc_swap`'s cache, which
+/// costs a pointer comparison while the header stays the same (a plain
+/// load costs more than the rest of the kept path).
+#[derive(Clone)]
+struct HeaderReader(Cache<Arc<HeaderCache>, Option<Arc<CachedHeader>>>);
+
+impl HeaderReader {
+    fn new(cache: Arc<HeaderCache>) -> Self {
+        HeaderReader(Cache::new(cache))
+    }
+
+    /// The kept header, unless a cookie in it has expired by `now()`.
+    fn get(&mut self, now: impl FnOnce() -> coarsetime::Instant) -> Option<HeaderValue> {
+        self.0
+            .load()
+            .as_ref()
+            .filter(|c| c.until.is_none_or(|until| until > now()))
+            .map(|c| c.value.clone())
+    }
 }
 
 struct CachedHeader {
     value: HeaderValue,
-    /// The first expiry among the cookies (Unix nanoseconds): the header is
-    /// stale from then.
-    until: Option<i128>,
+    /// The first expiry among the cookies, on the coarse monotonic clock:
+    /// the header is stale from then.
+    until: Option<coarsetime::Instant>,
 }
 
-/// Now in Unix nanoseconds from the coarse clock (a few milliseconds
-/// behind at most), for the cached header: cookies expire in whole seconds
-/// of `Max-Age`, and the precise clock costs more than the rest of the
-/// cached path.
-fn coarse_now() -> i128 {
-    coarsetime::Clock::now_since_epoch().as_nanos() as i128
+/// Now on the coarse monotonic clock (a few milliseconds of resolution),
+/// for the cached header: cookies expire in whole seconds of `Max-Age`,
+/// and the wall clock costs more than the rest of the cached path.
+fn coarse_now() -> coarsetime::Instant {
+    coarsetime::Instant::now_without_cache_update()
 }
 
 impl Store {
@@ -159,6 +184,7 @@ impl Store {
     /// when no cookie's path can make another request path's differ.
     fn cache_header(&mut self, value: &HeaderValue) {
         if self.cookies.iter().all(|c| c.path == "/") {
+            let (wall, mono) = (OffsetDateTime::now_utc(), coarse_now());
             self.header.store(Some(Arc::new(CachedHeader {
                 value: value.clone(),
                 until: self
@@ -166,20 +192,19 @@ impl Store {
                     .iter()
                     .filter_map(|c| c.expires)
                     .min()
-                    .map(OffsetDateTime::unix_timestamp_nanos),
+                    .map(|expires| {
+                        // Past expiries (a jar given earlier times) are
+                        // stale at once; a far one is looked at again
+                        // after a year (the coarse clock's range is less
+                        // than the cookies').
+                        let left = std::time::Duration::try_from(expires - wall)
+                            .unwrap_or(std::time::Duration::ZERO)
+                            .min(std::time::Duration::from_secs(365 * 24 * 3600));
+                        mono + coarsetime::Duration::from(left)
+                    }),
             })));
         }
     }
-}
-
-/// The cached `cookie` header in `cache`, unless a cookie in it has
-/// expired by `now` (Unix nanoseconds).
-fn cached_header(cache: &ArcSwapOption<CachedHeader>, now: i128) -> Option<HeaderValue> {
-    cache
-        .load()
-        .as_ref()
-        .filter(|c| c.until.is_none_or(|until| until > now))
-        .map(|c| c.value.clone())
 }
 
 /// What a `Set-Cookie` says about the cookie's life.
@@ -231,7 +256,7 @@ fn default_path(request_path: &str) -> &str {
 pub struct CookieJar {
     store: Arc<Mutex<Store>>,
     /// The store's cached `cookie` header, read without the lock.
-    header: Arc<ArcSwapOption<CachedHeader>>,
+    header: Arc<HeaderCache>,
     id: SessionId,
 }
 
@@ -403,12 +428,12 @@ impl CookieJar {
 
     /// Adds the jar's cookies for `path` to a request's `cookie` header:
     /// cookies the request already carries stay first and win over the
-    /// jar's of the same name.
-    fn apply_to_request(&self, headers: &mut HeaderMap, path: &str) {
+    /// jar's of the same name. `reader` reads the kept header.
+    fn apply_to_request(&self, headers: &mut HeaderMap, path: &str, reader: &mut HeaderReader) {
         if let Entry::Vacant(slot) = headers.entry(COOKIE) {
             // The common case: the jar's cookies alone, often the header
             // the previous call sent.
-            if let Some(value) = cached_header(&self.header, coarse_now()) {
+            if let Some(value) = reader.get(coarse_now) {
                 slot.insert(value);
                 return;
             }
@@ -478,6 +503,55 @@ impl CookieJar {
     }
 }
 
+/// A [`CookieJar`] inside a channel handle ([`crate::Channel::with_cookie_jar`]):
+/// what [`CookieJarService`] does around a service, done by the channel.
+#[derive(Clone)]
+pub(crate) struct ChannelJar {
+    jar: CookieJar,
+    header: HeaderReader,
+}
+
+impl ChannelJar {
+    pub(crate) fn new(jar: CookieJar) -> Self {
+        let header = HeaderReader::new(jar.header.clone());
+        ChannelJar { jar, header }
+    }
+
+    /// Adds the jar's cookies to `request`; the call's session, which the
+    /// channel passes to its session filter and, with the answer, to
+    /// [`JarCall::store`].
+    pub(crate) fn apply<B>(&mut self, request: &mut http::Request<B>) -> JarCall {
+        let path = request.uri().path_and_query().cloned();
+        let path_str = path.as_ref().map_or("/", |p| p.path());
+        self.jar
+            .apply_to_request(request.headers_mut(), path_str, &mut self.header);
+        JarCall {
+            jar: self.jar.clone(),
+            path,
+        }
+    }
+}
+
+/// One call of a [`ChannelJar`]: its jar and the request's path.
+pub(crate) struct JarCall {
+    jar: CookieJar,
+    path: Option<http::uri::PathAndQuery>,
+}
+
+impl JarCall {
+    /// The call's session.
+    pub(crate) fn session_id(&self) -> SessionId {
+        self.jar.id
+    }
+
+    /// Stores the cookies of the call's answer (its initial metadata, or a
+    /// trailers-only answer's trailers).
+    pub(crate) fn store(&self, headers: &HeaderMap) {
+        let path = self.path.as_ref().map_or("/", |p| p.path());
+        self.jar.store_response(headers, path);
+    }
+}
+
 /// A tower [`Layer`] that wraps a service (a [`crate::Channel`], a
 /// `tonic::transport::Channel`, ...) in a [`CookieJarService`] sharing
 /// one [`CookieJar`].
@@ -503,16 +577,27 @@ impl<S> Layer<S> for CookieJarLayer {
 
 /// A service that sends the jar's cookies with each request and stores the
 /// cookies each response sets. Its errors are the inner service's.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CookieJarService<S> {
     inner: S,
     jar: CookieJar,
+    header: HeaderReader,
+}
+
+impl<S: fmt::Debug> fmt::Debug for CookieJarService<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CookieJarService")
+            .field("inner", &self.inner)
+            .field("jar", &self.jar)
+            .finish()
+    }
 }
 
 impl<S> CookieJarService<S> {
     /// Wraps `inner` with `jar`.
     pub fn new(inner: S, jar: CookieJar) -> Self {
-        CookieJarService { inner, jar }
+        let header = HeaderReader::new(jar.header.clone());
+        CookieJarService { inner, jar, header }
     }
 
     /// The jar.
@@ -549,11 +634,13 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        // The URI's parts are shared buffers: a clone copies no path.
-        let uri = request.uri().clone();
-        self.jar.apply_to_request(request.headers_mut(), uri.path());
+        // A shared buffer: the clone copies no path.
+        let path = request.uri().path_and_query().cloned();
+        let path_str = path.as_ref().map_or("/", |p| p.path());
+        self.jar
+            .apply_to_request(request.headers_mut(), path_str, &mut self.header);
         request.extensions_mut().insert(self.jar.id);
-        ResponseFuture::new(self.inner.call(request), self.jar.clone(), uri)
+        ResponseFuture::new(self.inner.call(request), self.jar.clone(), path)
     }
 }
 
@@ -600,7 +687,11 @@ mod tests {
     /// What the layer puts in a request for `path` that has no cookie.
     fn applied(jar: &CookieJar, path: &str) -> Option<String> {
         let mut headers = HeaderMap::new();
-        jar.apply_to_request(&mut headers, path);
+        jar.apply_to_request(
+            &mut headers,
+            path,
+            &mut HeaderReader::new(jar.header.clone()),
+        );
         headers.get(COOKIE).map(|v| v.to_str().unwrap().to_owned())
     }
 
@@ -635,12 +726,13 @@ mod tests {
         assert_eq!(applied(&jar, "/svc/M").as_deref(), Some("s=1; t=2"));
         let kept = jar.header.load().as_ref().and_then(|c| c.until);
         assert!(kept.is_some(), "the header is stale when s expires");
-        // Past the expiry the cached header is not used: s is dropped.
+        // Just before the expiry the cached header is used, past it not.
+        let soon = coarse_now() + coarsetime::Duration::from_millis(900);
+        let mut reader = HeaderReader::new(jar.header.clone());
+        assert!(reader.get(|| soon).is_some());
+        let after = coarse_now() + coarsetime::Duration::from_millis(1100);
+        assert_eq!(reader.get(|| after), None);
         let later = OffsetDateTime::now_utc() + Duration::seconds(2);
-        assert_eq!(
-            cached_header(&jar.header, later.unix_timestamp_nanos()),
-            None
-        );
         assert_eq!(header_at(&jar, "/svc/M", later).as_deref(), Some("t=2"));
     }
 

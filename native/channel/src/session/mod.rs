@@ -5,7 +5,8 @@
 //!   session cookie among them) and sends them back on later calls, as a
 //!   browser does for one origin. It stores and replays values; what a
 //!   session cookie's value means is `tether-core`'s business
-//!   ([`tether_core::session`]).
+//!   ([`tether_core::session`]). A jar also goes inside a channel handle,
+//!   without a layer: [`crate::Channel::with_cookie_jar`].
 //!
 //! The stateful session filter itself (reading the cookie, pinning the
 //! call, writing Set-Cookie) runs inside the channel: its config selector
