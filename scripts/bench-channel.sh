@@ -11,10 +11,12 @@
 #      round robin with outlier_detection (divan; goal <= 100 ns);
 #   4. unary Echo calls to three in-process tonic servers at concurrency 1
 #      and 64: plain tonic, tonic balance_list, tether::Channel static (one
-#      endpoint and three), with sessions (one jar; a jar per task) and over
+#      endpoint and three), with sessions (one jar in a channel handle, one
+#      as a layer; a jar per task) and over
 #      xDS from tether-control's library, least_request over three, and
 #      round robin with outlier detection over xDS (goals: >= 0.95 x plain
-#      tonic's calls/s, p99 within 10%; sessions >= 0.95 x the same channel
+#      tonic's calls/s, p99 within 10%, each ratio the median of the rounds'
+#      ratios; sessions >= 0.95 x the same channel
 #      without; least_request and outlier detection >= 0.95 x round robin);
 #      and TLS rows against an mTLS backend: tonic with its own TLS
 #      (tls-ring), the channel with ChannelBuilder::tls and with xDS mTLS
@@ -29,11 +31,11 @@
 #      with xDS mTLS; wall-clock ratios on a shared 2-core machine swing
 #      by several percent between rounds, instruction counts do not.
 #
-#   scripts/bench-channel.sh            full run: 5 rounds x 18 runs x 3.5 s, 3 EDS rounds (about 6 minutes)
+#   scripts/bench-channel.sh            full run: 8 rounds x 28 runs x 3.5 s, 3 EDS rounds (about 16 minutes)
 #   scripts/bench-channel.sh --quick    a smoke run (0.3 s per configuration), under 30 s once built
 # Options (passed to the bench binary): --duration SECS  --warmup SECS  --rounds N
 #   --eds-rounds N  --only eds,updates,picker,throughput,rotation,instructions
-#   --kinds plain,balance,one,static,session,sessions,xds,least_request,outlier_detection,
+#   --kinds plain,balance,one,static,session,session_layer,sessions,xds,least_request,outlier_detection,
 #           weighted_round_robin,tonic_tls,tls,xds_mtls
 # Exits non-zero when a configuration fails calls or a part cannot run;
 # missed goals are reported, not failures.

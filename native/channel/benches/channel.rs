@@ -207,7 +207,7 @@ impl Args {
             quick: false,
             warmup: Duration::from_millis(500),
             duration: Duration::from_secs(3),
-            rounds: 5,
+            rounds: 8,
             eds_rounds: 3,
             sections: SECTIONS.map(str::to_owned).into(),
             kinds: Kind::ALL.to_vec(),
@@ -1211,6 +1211,8 @@ struct Row {
     p50: Duration,
     p99: Duration,
     errors: usize,
+    /// Each round's run, in order: ratios pair runs of the same round.
+    runs: Vec<Run>,
 }
 
 /// The benchmark's backends answer a call with a cookie exactly as one
@@ -1647,6 +1649,7 @@ fn throughput_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result
                     rs.iter().map(|r| r.p99.as_secs_f64()).collect(),
                 )),
                 errors: rs.iter().map(|r| r.errors).sum(),
+                runs: rs,
             })
             .collect())
     })
@@ -1673,7 +1676,7 @@ impl Summary {
     }
 
     fn print(&mut self, args: &Args) {
-        println!("\n== Summary (medians of the rounds)");
+        println!("\n== Summary (medians of the rounds; ratios: the median of each round's)");
         if !self.rows.is_empty() {
             println!(
                 "\n| configuration | concurrency | calls/s | p50 | p99 | calls/s × plain | p99 × plain | like for like: against | calls/s × | p99 × |"
@@ -1681,14 +1684,26 @@ impl Summary {
             println!("|---|---|---|---|---|---|---|---|---|---|");
             let mut misses = Vec::new();
             let mut goals = Vec::new();
+            // The median of the rounds' ratios: each round runs every
+            // configuration back to back, so a ratio within a round leaves
+            // out the machine's drift between rounds.
             let ratios = |r: &Row, base: Option<Kind>| -> (f64, f64) {
                 self.rows
                     .iter()
                     .find(|p| Some(p.kind) == base && p.concurrency == r.concurrency)
                     .map_or((f64::NAN, f64::NAN), |p| {
+                        let pairs = || r.runs.iter().zip(&p.runs);
                         (
-                            r.calls_per_s / p.calls_per_s,
-                            r.p99.as_secs_f64() / p.p99.as_secs_f64(),
+                            median(
+                                pairs()
+                                    .map(|(a, b)| a.calls_per_s / b.calls_per_s)
+                                    .collect(),
+                            ),
+                            median(
+                                pairs()
+                                    .map(|(a, b)| a.p99.as_secs_f64() / b.p99.as_secs_f64())
+                                    .collect(),
+                            ),
                         )
                     })
             };
