@@ -59,6 +59,7 @@ pub mod ring_hash;
 pub mod round_robin;
 #[cfg(test)]
 mod test_harness;
+mod timers;
 #[doc(hidden)]
 pub mod weighted_round_robin;
 #[doc(hidden)]
@@ -319,6 +320,11 @@ pub struct TimerToken(pub u64);
 pub struct Timer {
     token: TimerToken,
     deadline: Instant,
+    /// On the process's LB timer thread ([`timers`]); unit tests keep
+    /// tokio's timers, whose clock they pause.
+    #[cfg(not(test))]
+    id: u64,
+    #[cfg(test)]
     task: tokio::task::AbortHandle,
 }
 
@@ -336,6 +342,9 @@ impl Timer {
 
 impl Drop for Timer {
     fn drop(&mut self) {
+        #[cfg(not(test))]
+        timers::cancel(self.id);
+        #[cfg(test)]
         self.task.abort();
     }
 }
@@ -485,14 +494,21 @@ impl<'a> Ctx<'a> {
         let token = TimerToken(*self.next_timer);
         let events = self.events.clone();
         let deadline = Instant::now() + delay;
+        #[cfg(not(test))]
+        let id = timers::schedule(deadline.into_std(), events, token);
+        #[cfg(test)]
         let task = tokio::spawn(async move {
             tokio::time::sleep_until(deadline).await;
             let _ = events.send(Event::Timer(token));
-        });
+        })
+        .abort_handle();
         Timer {
             token,
             deadline,
-            task: task.abort_handle(),
+            #[cfg(not(test))]
+            id,
+            #[cfg(test)]
+            task,
         }
     }
 
