@@ -2082,7 +2082,8 @@ fn fmt_dur(d: Duration) -> String {
 }
 
 /// The configurations whose instructions per call are counted: plain tonic,
-/// the channel over the same one endpoint, and the same with a session.
+/// the channel over the same one endpoint, and the same with a session (its
+/// jar in the channel handle, and as a layer).
 const COUNTED: [Kind; 4] = [
     Kind::Plain,
     Kind::TetherOne,

@@ -141,21 +141,10 @@ impl LookupMemo {
         (hash, (hash as usize) % MEMO_SHARDS)
     }
 
-    /// The memo of `cookie` under `session`, unless it expired by `now()`
-    /// (read only for a cookie that expires: most never do, and the clock
-    /// costs more than the rest of a hit).
-    #[cfg(test)]
+    /// The memo of `cookie` under `session` and its expiry, unless it
+    /// expired by `now()` (read only for a cookie that expires: most never
+    /// do, and the clock costs more than the rest of a hit).
     fn get(
-        &self,
-        session: usize,
-        cookie: &[u8],
-        now: impl FnOnce() -> u64,
-    ) -> Option<Arc<Decoded>> {
-        self.get_until(session, cookie, now).map(|(d, _)| d)
-    }
-
-    /// [`LookupMemo::get`] with the entry's expiry.
-    fn get_until(
         &self,
         session: usize,
         cookie: &[u8],
@@ -347,8 +336,7 @@ impl ConfigSelector {
         }
         let one = header.map(HeaderValue::as_bytes);
         let id = Arc::as_ptr(session) as usize;
-        if let Some(decoded) = one.and_then(|c| self.memo.get_until(id, c, epoch_seconds)) {
-            let (decoded, until) = decoded;
+        if let Some((decoded, until)) = one.and_then(|c| self.memo.get(id, c, epoch_seconds)) {
             remember_lookup(session, header, until, &decoded);
             self.note(&decoded);
             return decoded;
@@ -807,6 +795,9 @@ mod tests {
     use super::*;
     use crate::xds::resource::route::Pattern;
 
+    /// A C-core cookie for 127.0.0.1:443 in cluster_1: it pins.
+    const PINNED: &str = "s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE=";
+
     fn matcher(
         path: PathMatcher,
         case_sensitive: bool,
@@ -1221,7 +1212,7 @@ mod tests {
         let sel = selector_with(vec![]);
         // With a cookie path the request path decides: never from the memo.
         let gated = session("/svc");
-        let pinned = cookie_headers(&["s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE="]);
+        let pinned = cookie_headers(&[PINNED]);
         let inside = sel.lookup(&gated, "/svc/M", &pinned);
         assert!(matches!(inside.lookup, Lookup::Pinned(_)));
         assert_eq!(
@@ -1244,11 +1235,11 @@ mod tests {
     fn a_threads_last_lookup_serves_the_same_session_and_cookie_only() {
         let sel = selector_with(vec![]);
         let s = session("/");
-        let pinned = cookie_headers(&["s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE="]);
+        let pinned = cookie_headers(&[PINNED]);
         let first = sel.lookup(&s, "/", &pinned);
         assert!(matches!(first.lookup, Lookup::Pinned(_)));
         // The same bytes in another buffer, and the same buffer: both hit.
-        let copy = cookie_headers(&["s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE="]);
+        let copy = cookie_headers(&[PINNED]);
         assert!(Arc::ptr_eq(&first, &sel.lookup(&s, "/", &copy)));
         assert!(Arc::ptr_eq(&first, &sel.lookup(&s, "/", &pinned)));
         // Another cookie, or the same cookie under another session: not it.

@@ -215,7 +215,7 @@ impl Drop for Inner {
 pub struct Channel {
     inner: Arc<Inner>,
     /// The session this handle's calls belong to ([`Channel::with_cookie_jar`]).
-    jar: Option<crate::session::jar::ChannelJar>,
+    jar: Option<crate::session::jar::JarHandle>,
 }
 
 impl fmt::Debug for Channel {
@@ -532,7 +532,7 @@ impl Channel {
     pub fn with_cookie_jar(&self, jar: crate::session::CookieJar) -> Channel {
         Channel {
             inner: self.inner.clone(),
-            jar: Some(crate::session::jar::ChannelJar::new(jar)),
+            jar: Some(crate::session::jar::JarHandle::new(jar)),
         }
     }
 

@@ -26,7 +26,6 @@ use super::{Event, TimerToken};
 struct Pending {
     events: mpsc::UnboundedSender<Event>,
     token: TimerToken,
-    at: Instant,
 }
 
 #[derive(Default)]
@@ -121,7 +120,7 @@ pub(crate) fn schedule(
         .peek()
         .is_none_or(|Reverse((first, _))| at < *first);
     state.heap.push(Reverse((at, id)));
-    state.pending.insert(id, Pending { events, token, at });
+    state.pending.insert(id, Pending { events, token });
     drop(state);
     if earliest {
         shared.changed.notify_one();
@@ -135,12 +134,8 @@ pub(crate) fn cancel(id: u64) {
     if state.pending.remove(&id).is_some() && state.heap.len() > 2 * state.pending.len() + 64 {
         // Timers re-armed often (a sweep on every update) would otherwise
         // leave their cancelled deadlines behind for hours.
-        let heap = state
-            .pending
-            .iter()
-            .map(|(id, p)| Reverse((p.at, *id)))
-            .collect();
-        state.heap = heap;
+        let State { heap, pending, .. } = &mut *state;
+        heap.retain(|Reverse((_, id))| pending.contains_key(id));
     }
 }
 
@@ -153,8 +148,7 @@ mod tests {
     async fn timers_fire_in_deadline_order_and_cancelled_ones_never() {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let now = Instant::now();
-        let late = schedule(now + Duration::from_millis(60), tx.clone(), TimerToken(3));
-        let _ = late;
+        schedule(now + Duration::from_millis(60), tx.clone(), TimerToken(3));
         let cancelled = schedule(now + Duration::from_millis(20), tx.clone(), TimerToken(1));
         schedule(now + Duration::from_millis(40), tx.clone(), TimerToken(2));
         cancel(cancelled);

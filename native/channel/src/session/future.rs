@@ -7,7 +7,7 @@ use std::task::{ready, Context, Poll};
 
 use pin_project_lite::pin_project;
 
-use super::CookieJar;
+use super::jar::JarCall;
 
 pin_project! {
     /// The inner service's response future; when it yields a response, the
@@ -15,22 +15,20 @@ pin_project! {
     pub struct ResponseFuture<F> {
         #[pin]
         inner: F,
-        jar: CookieJar,
-        // The request's path: the default path of cookies set without one.
-        path: Option<http::uri::PathAndQuery>,
+        call: JarCall,
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn new(inner: F, jar: CookieJar, path: Option<http::uri::PathAndQuery>) -> Self {
-        ResponseFuture { inner, jar, path }
+    pub(crate) fn new(inner: F, call: JarCall) -> Self {
+        ResponseFuture { inner, call }
     }
 }
 
 impl<F> fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ResponseFuture")
-            .field("path", &self.path.as_ref().map(|p| p.path()))
+            .field("path", &self.call.path())
             .finish_non_exhaustive()
     }
 }
@@ -47,8 +45,7 @@ where
         // A trailers-only gRPC response (an error without a body) carries
         // its metadata as these headers too, so errors store cookies alike.
         if let Ok(response) = &result {
-            let path = this.path.as_ref().map_or("/", |p| p.path());
-            this.jar.store_response(response.headers(), path);
+            this.call.store(response.headers());
         }
         Poll::Ready(result)
     }

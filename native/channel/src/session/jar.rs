@@ -503,24 +503,25 @@ impl CookieJar {
     }
 }
 
-/// A [`CookieJar`] inside a channel handle ([`crate::Channel::with_cookie_jar`]):
-/// what [`CookieJarService`] does around a service, done by the channel.
+/// A [`CookieJar`] with its reader of the kept header: what applies the
+/// jar to a call, in a [`CookieJarService`] or inside a channel handle
+/// ([`crate::Channel::with_cookie_jar`]).
 #[derive(Clone)]
-pub(crate) struct ChannelJar {
+pub(crate) struct JarHandle {
     jar: CookieJar,
     header: HeaderReader,
 }
 
-impl ChannelJar {
+impl JarHandle {
     pub(crate) fn new(jar: CookieJar) -> Self {
         let header = HeaderReader::new(jar.header.clone());
-        ChannelJar { jar, header }
+        JarHandle { jar, header }
     }
 
-    /// Adds the jar's cookies to `request`; the call's session, which the
-    /// channel passes to its session filter and, with the answer, to
+    /// Adds the jar's cookies to `request`; the call, whose answer goes to
     /// [`JarCall::store`].
     pub(crate) fn apply<B>(&mut self, request: &mut http::Request<B>) -> JarCall {
+        // A shared buffer: the clone copies no path.
         let path = request.uri().path_and_query().cloned();
         let path_str = path.as_ref().map_or("/", |p| p.path());
         self.jar
@@ -532,7 +533,8 @@ impl ChannelJar {
     }
 }
 
-/// One call of a [`ChannelJar`]: its jar and the request's path.
+/// One call of a [`JarHandle`]: its jar and the request's path (the default
+/// path of cookies set without one).
 pub(crate) struct JarCall {
     jar: CookieJar,
     path: Option<http::uri::PathAndQuery>,
@@ -544,11 +546,15 @@ impl JarCall {
         self.jar.id
     }
 
+    /// The request's path.
+    pub(crate) fn path(&self) -> &str {
+        self.path.as_ref().map_or("/", |p| p.path())
+    }
+
     /// Stores the cookies of the call's answer (its initial metadata, or a
     /// trailers-only answer's trailers).
     pub(crate) fn store(&self, headers: &HeaderMap) {
-        let path = self.path.as_ref().map_or("/", |p| p.path());
-        self.jar.store_response(headers, path);
+        self.jar.store_response(headers, self.path());
     }
 }
 
@@ -580,15 +586,14 @@ impl<S> Layer<S> for CookieJarLayer {
 #[derive(Clone)]
 pub struct CookieJarService<S> {
     inner: S,
-    jar: CookieJar,
-    header: HeaderReader,
+    jar: JarHandle,
 }
 
 impl<S: fmt::Debug> fmt::Debug for CookieJarService<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CookieJarService")
             .field("inner", &self.inner)
-            .field("jar", &self.jar)
+            .field("jar", &self.jar.jar)
             .finish()
     }
 }
@@ -596,13 +601,15 @@ impl<S: fmt::Debug> fmt::Debug for CookieJarService<S> {
 impl<S> CookieJarService<S> {
     /// Wraps `inner` with `jar`.
     pub fn new(inner: S, jar: CookieJar) -> Self {
-        let header = HeaderReader::new(jar.header.clone());
-        CookieJarService { inner, jar, header }
+        CookieJarService {
+            inner,
+            jar: JarHandle::new(jar),
+        }
     }
 
     /// The jar.
     pub fn jar(&self) -> &CookieJar {
-        &self.jar
+        &self.jar.jar
     }
 
     /// The inner service.
@@ -634,13 +641,9 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        // A shared buffer: the clone copies no path.
-        let path = request.uri().path_and_query().cloned();
-        let path_str = path.as_ref().map_or("/", |p| p.path());
-        self.jar
-            .apply_to_request(request.headers_mut(), path_str, &mut self.header);
-        request.extensions_mut().insert(self.jar.id);
-        ResponseFuture::new(self.inner.call(request), self.jar.clone(), path)
+        let call = self.jar.apply(&mut request);
+        request.extensions_mut().insert(call.session_id());
+        ResponseFuture::new(self.inner.call(request), call)
     }
 }
 
