@@ -284,7 +284,8 @@ impl SessionConfig {
         }
         if let Some(keys) = obj.get("keys") {
             let list = keys.as_array().ok_or_else(|| {
-                ConfigError::new("keys", &keys.to_string(), Problem::WrongType("a list"))
+                // Whatever stands there may be a secret: never echoed.
+                ConfigError::new("keys", "<not shown>", Problem::WrongType("a list"))
             })?;
             let mut secrets = Vec::with_capacity(list.len());
             for (i, k) in list.iter().enumerate() {
@@ -470,5 +471,41 @@ mod tests {
         );
         assert!(err("{").starts_with("configuration: is not valid JSON"));
         assert_eq!(err("[]"), "configuration: [] is not an object");
+    }
+
+    /// A key written where it does not belong (a string for the list, a
+    /// number in it, a short one) is never echoed: the message names the
+    /// field, and Debug shows no key either.
+    #[test]
+    fn keys_never_appear_in_errors_or_debug() {
+        let secret = "MDEyMzQ1Njc4OWFiY2RlZg==";
+        for json in [
+            format!(r#"{{"cookie":{{"name":"s"}},"keys":"{secret}"}}"#),
+            format!(r#"{{"cookie":{{"name":"s"}},"keys":{{"k":"{secret}"}}}}"#),
+            format!(r#"{{"cookie":{{"name":"s"}},"keys":["{secret}",7]}}"#),
+            r#"{"cookie":{"name":"s"},"keys":["c2hvcnQ="]}"#.to_owned(),
+            format!(r#"{{"cookie":{{"name":"s"}},"format":"grpc","keys":["{secret}"]}}"#),
+        ] {
+            let e = SessionConfig::from_json(&json, &[]).unwrap_err();
+            let text = format!("{e} {e:?}");
+            assert!(
+                !text.contains(secret) && !text.contains("c2hvcnQ"),
+                "{json}: {text}"
+            );
+        }
+        assert_eq!(
+            err(&format!(r#"{{"cookie":{{"name":"s"}},"keys":"{secret}"}}"#)),
+            "keys: <not shown> is not a list"
+        );
+        let (config, _) = SessionConfig::from_json(
+            &format!(r#"{{"cookie":{{"name":"s"}},"format":"envoy","keys":["{secret}"]}}"#),
+            &[],
+        )
+        .unwrap();
+        let debug = format!("{config:?}");
+        assert!(
+            !debug.contains(secret) && !debug.contains("0123456789abcdef"),
+            "{debug}"
+        );
     }
 }

@@ -833,10 +833,15 @@ pub struct ServiceTlsSpec {
     #[serde(default, rename = "subjectAltNames")]
     pub subject_alt_names: Vec<SanMatcherSpec>,
     /// The same TLS for Envoy's clusters, from files on the Envoy hosts
-    /// (Envoy has no certificate provider instances); without it Envoy
-    /// speaks plaintext to the service.
+    /// (Envoy has no certificate provider instances). A file that serves
+    /// Envoy needs it, or `envoyPlaintext: true`.
     #[serde(default)]
     pub envoy: Option<EnvoyTlsFiles>,
+    /// Envoy speaks plaintext to this service on purpose (the proxyless
+    /// clients still use TLS): without it, a file that serves Envoy and
+    /// gives a `tls` service no `tls.envoy` is refused.
+    #[serde(default, rename = "envoyPlaintext")]
+    pub envoy_plaintext: bool,
 }
 
 /// `tls.envoy`: the files an Envoy reads for a service's TLS.
@@ -877,6 +882,41 @@ pub struct SanMatcherSpec {
     /// Compare case-insensitively (not with `regex`).
     #[serde(default, rename = "ignoreCase")]
     pub ignore_case: bool,
+}
+
+impl SanMatcherSpec {
+    /// The matcher's value: not empty (it would match every SAN, and
+    /// Envoy's proto validation refuses it), a regex valid on its own.
+    fn validate_values(&self, at: &str) -> Result<(), ModelError> {
+        for (field, value) in [
+            ("exact", &self.exact),
+            ("prefix", &self.prefix),
+            ("suffix", &self.suffix),
+            ("contains", &self.contains),
+            ("regex", &self.regex),
+        ] {
+            match value {
+                Some(v) if v.is_empty() => {
+                    return Err(ModelError::invalid(
+                        format!("{at}.{field}"),
+                        v,
+                        "is empty (it would match every SAN)",
+                    ))
+                }
+                Some(v) if field == "regex" => {
+                    if let Err(e) = tether_xds::resource::route::full_match(v) {
+                        return Err(ModelError::invalid(
+                            format!("{at}.regex"),
+                            v,
+                            format!("is not a valid regex: {e}"),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `keepalive` of a service: Envoy's HTTP/2 `connection_keepalive`. A
@@ -1081,6 +1121,12 @@ impl SessionSpec {
 }
 
 impl Config {
+    /// Whether Envoys get a listener from this file (the file's own, or a
+    /// node's), and so route to its services.
+    pub fn serves_envoy(&self) -> bool {
+        self.listener.is_some() || self.envoy.nodes.iter().any(|n| n.listener.is_some())
+    }
+
     /// Parses and validates a configuration file's text.
     pub fn parse(text: &str) -> Result<Config, ModelError> {
         Config::parse_with(text, &Overrides::default())
@@ -1153,6 +1199,22 @@ impl Config {
                          (or set systemRootCerts: true)",
                     ));
                 }
+                if t.envoy.is_some() && t.envoy_plaintext {
+                    return Err(ModelError::invalid(
+                        format!("{at}.tls.envoyPlaintext"),
+                        true,
+                        "cannot be set with tls.envoy (Envoy gets TLS from one or plaintext by the other)",
+                    ));
+                }
+                if t.envoy.is_none() && !t.envoy_plaintext && self.serves_envoy() {
+                    return Err(ModelError::invalid(
+                        format!("{at}.tls.envoy"),
+                        &s.name,
+                        "is missing: Envoy would speak plaintext to a service whose proxyless clients \
+                         use TLS (give tls.envoy the files on the Envoy hosts, or set \
+                         envoyPlaintext: true if plaintext from Envoy is meant)",
+                    ));
+                }
                 if let Some(e) = &t.envoy {
                     if e.ca_file.is_empty() {
                         return Err(ModelError::invalid(
@@ -1207,6 +1269,18 @@ impl Config {
                             "cannot be combined with regex",
                         ));
                     }
+                    m.validate_values(&format!("{at}.tls.subjectAltNames[{k}]"))?;
+                }
+                // A82 lets an empty list accept any certificate the system
+                // trusts, which is almost never meant: any public CA could
+                // then vouch for any endpoint of the service.
+                if t.system_root_certs && t.subject_alt_names.is_empty() {
+                    return Err(ModelError::invalid(
+                        format!("{at}.tls.subjectAltNames"),
+                        &s.name,
+                        "must name the servers' SANs with systemRootCerts: true (without them any \
+                         certificate from any publicly trusted CA is accepted)",
+                    ));
                 }
             }
             if let Some(k) = &s.keepalive {

@@ -692,7 +692,7 @@ fn tls_reaches_proxyless_clusters_as_an_upstream_tls_context() {
         "  - name: api\n    endpoints:",
         "  - name: api\n    tls:\n      caInstance: roots\n      identityInstance: identity\n      \
          subjectAltNames:\n        - exact: spiffe://td/sa/api\n        - suffix: .api.test\n          \
-         ignoreCase: true\n    endpoints:",
+         ignoreCase: true\n      envoyPlaintext: true\n    endpoints:",
     );
     let t = translate(&Config::parse(&yaml).unwrap());
     let p =
@@ -728,7 +728,7 @@ fn tls_reaches_proxyless_clusters_as_an_upstream_tls_context() {
     );
     assert!(err(&yaml.replace("caInstance", "caInstanse")).contains("caInstanse"));
     // `tls.envoy`: Envoy's clusters get the same TLS from files.
-    let with_envoy = yaml.replace(
+    let with_envoy = yaml.replace("      envoyPlaintext: true\n", "").replace(
         "    endpoints:\n      - address: \"[::1]:9001\"",
         "      envoy:\n        caFile: /certs/ca.pem\n        certificateFile: /certs/c.pem\n        \
          privateKeyFile: /certs/k.pem\n    endpoints:\n      - address: \"[::1]:9001\"",
@@ -745,6 +745,69 @@ fn tls_reaches_proxyless_clusters_as_an_upstream_tls_context() {
         ),
         "{missing_key}"
     );
+}
+
+/// What the security review found tether-control let through: a TLS
+/// service that Envoy reaches in plaintext without saying so, SAN matchers
+/// that match every SAN, system roots that trust any public certificate.
+#[test]
+fn tls_mistakes_are_refused_by_field() {
+    let tls = |body: &str| {
+        BASE.replace(
+            "  - name: api\n    endpoints:",
+            &format!("  - name: api\n    tls:\n{body}    endpoints:"),
+        )
+    };
+    let starts = |yaml: &str, want: &str| {
+        let e = err(yaml);
+        assert!(e.starts_with(want), "{e}\nwanted: {want}");
+    };
+    let exact = "      caInstance: roots\n      subjectAltNames: [ { exact: api.test } ]\n";
+    // The file serves Envoy (it has a listener): TLS for proxyless clients
+    // only must be said.
+    starts(
+        &tls(exact),
+        "services[1].tls.envoy: \"api\" is missing: Envoy would speak plaintext to a service whose \
+         proxyless clients use TLS",
+    );
+    assert!(Config::parse(&tls(&format!("{exact}      envoyPlaintext: true\n"))).is_ok());
+    starts(
+        &tls(&format!(
+            "{exact}      envoyPlaintext: true\n      envoy: {{ caFile: /ca.pem }}\n"
+        )),
+        "services[1].tls.envoyPlaintext: true cannot be set with tls.envoy",
+    );
+    // A file for proxyless clients only has no Envoy to speak plaintext.
+    let proxyless = tls(exact);
+    let proxyless = &proxyless[proxyless.find("virtualhosts:").unwrap()..];
+    assert!(Config::parse(proxyless).is_ok(), "{}", err(proxyless));
+    // Empty matchers match every SAN; a regex must be one on its own.
+    for field in ["exact", "prefix", "suffix", "contains", "regex"] {
+        starts(
+            &tls(&format!(
+                "      caInstance: roots\n      envoyPlaintext: true\n      subjectAltNames:\n        \
+                 - exact: api.test\n        - {field}: \"\"\n"
+            )),
+            &format!("services[1].tls.subjectAltNames[1].{field}: \"\" is empty (it would match every SAN)"),
+        );
+    }
+    starts(
+        &tls(
+            "      caInstance: roots\n      envoyPlaintext: true\n      subjectAltNames:\n        \
+              - regex: \"x)|(.*\"\n",
+        ),
+        "services[1].tls.subjectAltNames[0].regex: \"x)|(.*\" is not a valid regex",
+    );
+    // System roots without SAN matchers trust any public certificate.
+    starts(
+        &tls("      systemRootCerts: true\n      envoyPlaintext: true\n"),
+        "services[1].tls.subjectAltNames: \"api\" must name the servers' SANs with systemRootCerts: \
+         true",
+    );
+    assert!(Config::parse(&tls(
+        "      systemRootCerts: true\n      envoyPlaintext: true\n      subjectAltNames: [ { exact: api.test } ]\n"
+    ))
+    .is_ok());
 }
 
 #[test]

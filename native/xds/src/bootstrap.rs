@@ -15,12 +15,14 @@
 //!
 //! [`Bootstrap::from_env`] reads `GRPC_XDS_BOOTSTRAP` (a file) or
 //! `GRPC_XDS_BOOTSTRAP_CONFIG` (the JSON itself), as gRPC does. Only the
-//! first server is used; its `channel_creds` are the first of `insecure`
-//! and `tls` (gRFC A65: `ca_certificate_file`, else the system's roots;
+//! first server is used; its `channel_creds` (required, as in C-core) are
+//! the first of `insecure` and `tls` (gRFC A65: `ca_certificate_file`, else the system's roots;
 //! `certificate_file` with `private_key_file`, read again for each new
 //! connection) that it lists.
 //! A `server_uri` may be a Unix domain socket, `unix:PATH` or
-//! `unix:///ABSOLUTE_PATH` (Istio's agent serves xDS so).
+//! `unix:///ABSOLUTE_PATH` (Istio's agent serves xDS so); with `tls` the
+//! handshake runs over the socket and the server's certificate must name
+//! `localhost`.
 //! `certificate_providers` (gRFC A29) defines the instances a cluster's TLS
 //! names, with the `file_watcher` plugin:
 //! `{"ca": {"plugin_name": "file_watcher", "config": {"certificate_file": "cert.pem",
@@ -92,7 +94,7 @@ pub struct XdsServer {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ChannelCreds {
-    /// Plaintext HTTP/2 (`insecure`, and when `channel_creds` is absent).
+    /// Plaintext HTTP/2 (`insecure`).
     #[default]
     Insecure,
     /// TLS (gRFC A65's `tls` type): the server's certificate verified
@@ -234,6 +236,8 @@ impl FileWatcher {
 
 /// `file_watcher`'s default `refresh_interval`.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(600);
+/// The shortest `refresh_interval` used, as C-core's file watcher floors it.
+pub const MIN_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Environment variable naming a bootstrap file.
 pub const ENV_FILE: &str = "GRPC_XDS_BOOTSTRAP";
@@ -353,8 +357,10 @@ fn server(v: &Value, field: &str) -> Result<XdsServer, BootstrapError> {
         ));
     }
     let creds_field = format!("{field}.channel_creds");
+    // C-core requires the list and a usable type in it: a server with
+    // nothing said about security is refused, not spoken to in plaintext.
     let channel_creds = match o.get("channel_creds") {
-        None => ChannelCreds::Insecure,
+        None => return Err(BootstrapError::new(&creds_field, "", "field not present")),
         Some(Value::Array(list)) => channel_creds(list, &creds_field)?,
         Some(other) => {
             return Err(BootstrapError::new(
@@ -464,12 +470,16 @@ fn certificate_providers(
                 "needs certificate_file or ca_certificate_file",
             ));
         }
-        if watcher.refresh_interval.is_zero() {
-            return Err(BootstrapError::new(
-                &format!("{config_field}.refresh_interval"),
-                "0s",
-                "must be greater than 0",
-            ));
+        let mut watcher = watcher;
+        // C-core's floor: a shorter interval (even 0) reads the files every
+        // second, never in a busy loop.
+        if watcher.refresh_interval < MIN_REFRESH_INTERVAL {
+            log::warn!(
+                "bootstrap {config_field}.refresh_interval: {:?} is below 1s; the files are read \
+                 every second (C-core's floor)",
+                watcher.refresh_interval
+            );
+            watcher.refresh_interval = MIN_REFRESH_INTERVAL;
         }
         out.insert(name.clone(), CertificateProvider::FileWatcher(watcher));
     }
@@ -522,7 +532,11 @@ fn channel_creds(list: &[Value], field: &str) -> Result<ChannelCreds, BootstrapE
         }
     }
     if types.is_empty() {
-        return Ok(ChannelCreds::Insecure);
+        return Err(BootstrapError::new(
+            field,
+            "[]",
+            "no known creds type found (C-core's words: give at least \"insecure\" or \"tls\")",
+        ));
     }
     let why = if types.iter().any(|t| t == "google_default") {
         "has no supported type (tether supports \"insecure\" and \"tls\"; google_default needs Google's \
@@ -624,7 +638,18 @@ mod tests {
             "bootstrap xds_servers[0].channel_creds: [\"alts\"] has no supported type (tether supports \"insecure\" and \"tls\")"
         );
         assert_eq!(
-            e(r#"{"xds_servers":[{"server_uri":"a:1"}],"node":{"id":5}}"#),
+            e(r#"{"xds_servers":[{"server_uri":"a:1"}]}"#),
+            "bootstrap xds_servers[0].channel_creds: field not present"
+        );
+        assert_eq!(
+            e(r#"{"xds_servers":[{"server_uri":"a:1","channel_creds":[]}]}"#),
+            "bootstrap xds_servers[0].channel_creds: [] no known creds type found (C-core's words: \
+             give at least \"insecure\" or \"tls\")"
+        );
+        assert_eq!(
+            e(
+                r#"{"xds_servers":[{"server_uri":"a:1","channel_creds":[{"type":"insecure"}]}],"node":{"id":5}}"#
+            ),
             "bootstrap node.id: 5 is not a string"
         );
     }

@@ -62,13 +62,24 @@ pub fn from_bootstrap(
 }
 
 /// gRFC A97's JWT token file call credentials.
-#[derive(Debug)]
 pub struct JwtTokenFile {
     path: PathBuf,
     state: Mutex<State>,
 }
 
-#[derive(Debug)]
+/// The file, never the token: a Debug string ends up in logs.
+impl std::fmt::Debug for JwtTokenFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        f.debug_struct("JwtTokenFile")
+            .field("path", &self.path)
+            .field("token", &s.cached.as_ref().map(|_| "<redacted>"))
+            .field("until", &s.cached.as_ref().map(|c| c.1))
+            .field("failed", &s.failed.as_ref().map(|f| f.1.message()))
+            .finish()
+    }
+}
+
 struct State {
     /// The token, until when it may be used, and the file's mtime it came from.
     cached: Option<(String, SystemTime, Option<SystemTime>)>,
@@ -132,9 +143,18 @@ impl JwtTokenFile {
     fn read(&self, s: &mut State, mtime: Option<SystemTime>) -> Result<String, tonic::Status> {
         match read_token(&self.path) {
             Ok((token, exp)) => {
-                let until = (UNIX_EPOCH + Duration::from_secs(exp))
-                    .checked_sub(SKEW)
-                    .unwrap_or(UNIX_EPOCH);
+                let until = exp.checked_sub(SKEW).unwrap_or(UNIX_EPOCH);
+                // C-core sends a token that has expired and leaves the
+                // verdict to the server (re-reading the file for each new
+                // stream); the operator is told once per read.
+                if exp <= SystemTime::now() {
+                    log::warn!(
+                        "xDS call credentials: the JWT in {} expired at {} (UNIX time); sent \
+                         anyway, as C-core does, and read again for the next stream",
+                        self.path.display(),
+                        exp.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+                    );
+                }
                 s.cached = Some((token.clone(), until, mtime));
                 s.failed = None;
                 s.backoff.reset();
@@ -151,7 +171,7 @@ impl JwtTokenFile {
 }
 
 /// The token in `path` and its `exp` (epoch seconds).
-fn read_token(path: &Path) -> Result<(String, u64), tonic::Status> {
+fn read_token(path: &Path) -> Result<(String, SystemTime), tonic::Status> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         tonic::Status::unavailable(format!(
             "reading the JWT token file {}: {e}",
@@ -159,12 +179,18 @@ fn read_token(path: &Path) -> Result<(String, u64), tonic::Status> {
         ))
     })?;
     let token = text.trim().to_owned();
-    let exp = jwt_exp(&token).map_err(|why| {
+    let invalid = |why: String| {
         tonic::Status::unauthenticated(format!(
             "the JWT token in {} is invalid: {why}",
             path.display()
         ))
-    })?;
+    };
+    let exp = jwt_exp(&token).map_err(invalid)?;
+    // Checked: an `exp` past what the clock holds (1e19) is an invalid
+    // token, as C-core fails to parse it, not a panic.
+    let exp = UNIX_EPOCH
+        .checked_add(Duration::from_secs(exp))
+        .ok_or_else(|| invalid(format!("exp {exp} is past any time this clock can hold")))?;
     Ok((token, exp))
 }
 
@@ -267,6 +293,74 @@ mod tests {
             invalid.authorization().unwrap_err().code(),
             tonic::Code::Unauthenticated
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn token_file(name: &str, contents: &str) -> (PathBuf, JwtTokenFile) {
+        let dir = std::env::temp_dir().join(format!("tether-jwt-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("token");
+        std::fs::write(&path, contents).unwrap();
+        (dir, JwtTokenFile::new(&path))
+    }
+
+    /// `exp` = 1e19 is past what SystemTime holds: an invalid token
+    /// (UNAUTHENTICATED, as C-core fails to parse it), not a panic of the
+    /// XdsClient's task.
+    #[test]
+    fn an_exp_past_the_clock_is_an_invalid_token() {
+        for exp in ["1e19", "10000000000000000000", "18446744073709551615"] {
+            let (dir, creds) = token_file("huge", &jwt(&format!(r#"{{"exp":{exp}}}"#)));
+            let e = creds.authorization().unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unauthenticated, "{exp}: {e:?}");
+            assert!(
+                e.message().contains("is past any time this clock can hold"),
+                "{exp}: {e:?}"
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    /// An expired token is sent as C-core sends it (the server judges it),
+    /// and the file is read again for the next stream: a renewed token is
+    /// picked up at once.
+    #[test]
+    fn an_expired_token_is_sent_and_read_again() {
+        let expired = jwt(r#"{"exp":1000000000}"#);
+        let (dir, creds) = token_file("expired", &expired);
+        assert_eq!(creds.authorization().unwrap(), format!("Bearer {expired}"));
+        let renewed = jwt(r#"{"exp":99999999999}"#);
+        std::fs::write(dir.join("token"), &renewed).unwrap();
+        assert_eq!(creds.authorization().unwrap(), format!("Bearer {renewed}"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Neither Debug nor an error carries the token.
+    #[test]
+    fn the_token_stays_out_of_debug_and_errors() {
+        let secret = "s3cr3t-claim-value";
+        let token = jwt(&format!(r#"{{"exp":99999999999,"sub":"{secret}"}}"#));
+        let (dir, creds) = token_file("redact", &token);
+        creds.authorization().unwrap();
+        let debug = format!("{creds:?}");
+        assert!(debug.contains("<redacted>"), "{debug}");
+        assert!(
+            !debug.contains(&token) && !debug.contains(secret),
+            "{debug}"
+        );
+        // Invalid tokens: the error names the file and the reason only.
+        for bad in [
+            format!("{token}.extra"),
+            jwt(&format!(r#"{{"sub":"{secret}"}}"#)),
+            jwt(&format!(r#"{{"exp":true,"sub":"{secret}"}}"#)),
+        ] {
+            std::fs::write(dir.join("token"), &bad).unwrap();
+            let creds = JwtTokenFile::new(dir.join("token"));
+            let e = creds.authorization().unwrap_err();
+            let text = format!("{e:?} {e} {creds:?}");
+            assert!(!text.contains(&bad) && !text.contains(&token), "{text}");
+            assert!(!text.contains(secret), "{text}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -337,8 +337,8 @@ fn what_grpc_refuses_is_nacked_by_field() {
 
 fn bootstrap(providers: &str) -> Result<Bootstrap, String> {
     Bootstrap::from_json(&format!(
-        r#"{{"xds_servers":[{{"server_uri":"127.0.0.1:1"}}],"node":{{"id":"n"}},
-            "certificate_providers":{providers}}}"#
+        r#"{{"xds_servers":[{{"server_uri":"127.0.0.1:1","channel_creds":[{{"type":"insecure"}}]}}],
+            "node":{{"id":"n"}},"certificate_providers":{providers}}}"#
     ))
     .map_err(|e| e.to_string())
 }
@@ -354,13 +354,27 @@ fn bootstrap_certificate_providers() {
     let CertificateProvider::FileWatcher(both) = &b.certificate_providers["both"] else {
         panic!()
     };
-    assert_eq!(both.refresh_interval, Duration::from_millis(500));
+    // Below C-core's floor of a second: read every second.
+    assert_eq!(both.refresh_interval, Duration::from_secs(1));
     assert_eq!(both.private_key_file.as_deref(), Some("k.pem".as_ref()));
     let CertificateProvider::FileWatcher(roots) = &b.certificate_providers["roots"] else {
         panic!()
     };
     assert_eq!(roots.refresh_interval, DEFAULT_REFRESH_INTERVAL);
     assert_eq!(roots.certificate_file, None);
+    // A nanosecond was a busy loop, zero a panic in tokio's interval: both
+    // read the files every second, as C-core does.
+    for tiny in ["0.000000001s", "0s", "1.5s"] {
+        let b = bootstrap(&format!(
+            r#"{{"x":{{"plugin_name":"file_watcher","config":{{"ca_certificate_file":"a","refresh_interval":"{tiny}"}}}}}}"#
+        ))
+        .unwrap();
+        let CertificateProvider::FileWatcher(x) = &b.certificate_providers["x"] else {
+            panic!()
+        };
+        let want = if tiny == "1.5s" { 1500 } else { 1000 };
+        assert_eq!(x.refresh_interval, Duration::from_millis(want), "{tiny}");
+    }
 
     for (providers, expected) in [
         (
@@ -409,4 +423,72 @@ fn system_root_certs_as_c_core_reads_them() {
         matches!(&roots, Roots::Provider(p) if p.instance_name == "roots"),
         "{roots:?}"
     );
+}
+
+fn with_san_matchers(matchers: Vec<mpb::StringMatcher>) -> cpb::Cluster {
+    let mut common = mtls();
+    if let Some(V::ValidationContext(v)) = &mut common.validation_context_type {
+        v.match_subject_alt_names = matchers;
+    }
+    cluster(common)
+}
+
+/// An empty prefix, suffix, contains or exact matches every SAN: Envoy's
+/// proto validation refuses it (min length 1), and so does tether.
+#[test]
+fn empty_san_matchers_are_nacked_by_field() {
+    use mpb::string_matcher::MatchPattern as M;
+    for (field, pattern) in [
+        ("exact", M::Exact(String::new())),
+        ("prefix", M::Prefix(String::new())),
+        ("suffix", M::Suffix(String::new())),
+        ("contains", M::Contains(String::new())),
+    ] {
+        let matcher = mpb::StringMatcher {
+            match_pattern: Some(pattern),
+            ignore_case: false,
+        };
+        assert_eq!(
+            decode(&with_san_matchers(vec![exact("a.example"), matcher])).unwrap_err(),
+            [format!(
+                "{AT}.validation_context.match_subject_alt_names[1].{field}: is empty (it would \
+                 match every SAN)"
+            )]
+        );
+    }
+}
+
+/// A regex that would close the anchoring group (`x)|(.*`) is not a
+/// regex on its own: RE2 refuses it, and so does tether, rather than
+/// matching every SAN.
+#[test]
+fn a_san_regex_cannot_escape_its_anchors() {
+    let regex = |r: &str| mpb::StringMatcher {
+        match_pattern: Some(mpb::string_matcher::MatchPattern::SafeRegex(
+            mpb::RegexMatcher {
+                regex: r.into(),
+                ..Default::default()
+            },
+        )),
+        ignore_case: false,
+    };
+    for escape in ["x)|(.*", "x)|.*|(?:y", ".*)(", "a)|(?:.*"] {
+        let errors = decode(&with_san_matchers(vec![regex(escape)])).unwrap_err();
+        assert_eq!(errors.len(), 1, "{escape}: {errors:?}");
+        let want = format!(
+            "{AT}.validation_context.match_subject_alt_names[0].safe_regex.regex: {escape:?} is \
+             not a valid regex"
+        );
+        assert!(errors[0].starts_with(&want), "{escape}: {errors:?}");
+    }
+    // A well-formed alternation still matches whole SANs only, each
+    // branch in full (RE2's FullMatch, not the leftmost match's span).
+    let t = decode(&with_san_matchers(vec![regex("a|ab")]))
+        .unwrap()
+        .unwrap();
+    let SanMatch::Regex(p) = &t.san_matchers[0].matcher else {
+        panic!("{:?}", t.san_matchers[0]);
+    };
+    assert!(p.regex.is_match("ab") && p.regex.is_match("a"));
+    assert!(!p.regex.is_match("abc") && !p.regex.is_match("xab"));
 }

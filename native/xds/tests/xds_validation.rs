@@ -1102,3 +1102,66 @@ impl WithType for Any {
         }
     }
 }
+
+/// A path or header regex that would close the anchoring group
+/// (`x)|(.*`) is refused by field, as RE2 refuses it, instead of matching
+/// every path or header value.
+#[test]
+fn route_regexes_cannot_escape_their_anchors() {
+    use envoy_types::pb::envoy::r#type::matcher::v3 as mpb;
+    let regex = |r: &str| mpb::RegexMatcher {
+        regex: r.into(),
+        ..Default::default()
+    };
+    let by_path = rpb::Route {
+        r#match: Some(rpb::RouteMatch {
+            path_specifier: Some(rpb::route_match::PathSpecifier::SafeRegex(regex(
+                "/svc/x)|(.*",
+            ))),
+            ..Default::default()
+        }),
+        action: Some(weighted(&[("a", Some(1))])),
+        ..Default::default()
+    };
+    let e = errors(
+        ResourceKind::RouteConfiguration,
+        &route_config(vec![by_path]),
+    );
+    assert!(
+        e[0].starts_with(
+            "virtual_hosts[0].routes[0].match.safe_regex.regex: \"/svc/x)|(.*\" is not a valid regex"
+        ),
+        "{e:?}"
+    );
+    let by_header = rpb::Route {
+        r#match: Some(rpb::RouteMatch {
+            path_specifier: Some(rpb::route_match::PathSpecifier::Prefix("/".into())),
+            headers: vec![rpb::HeaderMatcher {
+                name: "x-user".into(),
+                header_match_specifier: Some(
+                    rpb::header_matcher::HeaderMatchSpecifier::StringMatch(mpb::StringMatcher {
+                        match_pattern: Some(mpb::string_matcher::MatchPattern::SafeRegex(regex(
+                            "admin)|(.*",
+                        ))),
+                        ignore_case: false,
+                    }),
+                ),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        action: Some(weighted(&[("a", Some(1))])),
+        ..Default::default()
+    };
+    let e = errors(
+        ResourceKind::RouteConfiguration,
+        &route_config(vec![by_header]),
+    );
+    assert!(
+        e[0].starts_with(
+            "virtual_hosts[0].routes[0].match.headers[0].string_match.safe_regex.regex: \
+             \"admin)|(.*\" is not a valid regex"
+        ),
+        "{e:?}"
+    );
+}

@@ -71,19 +71,23 @@ impl PartialEq for Pattern {
 }
 
 impl Pattern {
-    /// `m`'s regex, which must match the whole input.
+    /// `m`'s regex, which must match the whole input (RE2's `FullMatch`).
     pub(crate) fn new(c: &mut Check, m: &mpb::RegexMatcher) -> Option<Pattern> {
-        Pattern::compile(c, m, &format!("^(?:{})$", m.regex))
+        Pattern::compile(c, m, full_match)
     }
 
     /// `m`'s regex as written, matching anywhere (for rewrites).
     fn unanchored(c: &mut Check, m: &mpb::RegexMatcher) -> Option<Pattern> {
-        Pattern::compile(c, m, &m.regex)
+        Pattern::compile(c, m, regex_lite::Regex::new)
     }
 
-    /// Compiles `regex`, built from `m.regex`; an error names `m.regex`.
-    fn compile(c: &mut Check, m: &mpb::RegexMatcher, regex: &str) -> Option<Pattern> {
-        c.at("regex", |c| match regex_lite::Regex::new(regex) {
+    /// Compiles `m.regex` with `build`; an error names `m.regex`.
+    fn compile(
+        c: &mut Check,
+        m: &mpb::RegexMatcher,
+        build: fn(&str) -> Result<regex_lite::Regex, regex_lite::Error>,
+    ) -> Option<Pattern> {
+        c.at("regex", |c| match build(&m.regex) {
             Ok(regex) => Some(Pattern {
                 source: m.regex.clone(),
                 regex,
@@ -94,6 +98,18 @@ impl Pattern {
             }
         })
     }
+}
+
+/// `regex` compiled to match whole inputs only, as RE2's `FullMatch`.
+///
+/// The pattern is compiled alone first, as RE2 would: wrapped unchecked,
+/// `x)|(.*` would close the wrapper's group and match everything. Once it is
+/// a well-formed expression on its own, the anchors around it cannot be
+/// escaped. (A span check on a search is no full match either: the leftmost
+/// match of `a|ab` in `ab` is `a`.)
+pub fn full_match(regex: &str) -> Result<regex_lite::Regex, regex_lite::Error> {
+    regex_lite::Regex::new(regex)?;
+    regex_lite::Regex::new(&format!("^(?:{regex})$"))
 }
 
 /// Path part of a route match.

@@ -286,11 +286,21 @@ fn validation_context(
 
 fn san_matcher(c: &mut Check, m: &mpb::StringMatcher) -> Option<SanMatcher> {
     use mpb::string_matcher::MatchPattern as M;
+    // Envoy's proto validation (min_len 1) rejects an empty string: every
+    // SAN starts with, ends with and contains "", so it would match any
+    // certificate that chains.
+    let text = |c: &mut Check, field: &str, v: &str| {
+        if v.is_empty() {
+            c.fail_at(field, "is empty (it would match every SAN)");
+            return None;
+        }
+        Some(v.to_owned())
+    };
     let matcher = match &m.match_pattern {
-        Some(M::Exact(v)) => SanMatch::Exact(v.clone()),
-        Some(M::Prefix(v)) => SanMatch::Prefix(v.clone()),
-        Some(M::Suffix(v)) => SanMatch::Suffix(v.clone()),
-        Some(M::Contains(v)) => SanMatch::Contains(v.clone()),
+        Some(M::Exact(v)) => SanMatch::Exact(text(c, "exact", v)?),
+        Some(M::Prefix(v)) => SanMatch::Prefix(text(c, "prefix", v)?),
+        Some(M::Suffix(v)) => SanMatch::Suffix(text(c, "suffix", v)?),
+        Some(M::Contains(v)) => SanMatch::Contains(text(c, "contains", v)?),
         Some(M::SafeRegex(r)) => {
             if m.ignore_case {
                 c.fail_at("ignore_case", "is not supported with safe_regex");
