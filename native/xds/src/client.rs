@@ -285,6 +285,12 @@ where
     }
 }
 
+/// gRPC's authority for a Unix socket, the name a TLS server there must
+/// carry.
+const UNIX_AUTHORITY: &str = "localhost";
+/// The URI tonic's endpoint takes for a Unix socket (its connector ignores it).
+const UNIX_ENDPOINT: &str = "http://localhost";
+
 /// Dials the management server's Unix domain socket (the URI is ignored).
 fn unix_connector(
     path: std::path::PathBuf,
@@ -359,6 +365,43 @@ impl TlsConnector {
         Connector(move |uri| {
             let this = self.clone();
             Box::pin(async move { this.dial(uri).await }) as Dialing<_>
+        })
+    }
+
+    /// The connector tonic takes for a `unix:` server: TLS over the Unix
+    /// stream, as C-core runs its channel credentials over any transport.
+    /// The certificate must name `localhost`, gRPC's authority for Unix
+    /// sockets.
+    fn unix_connector(
+        self,
+        path: std::path::PathBuf,
+    ) -> Connector<
+        impl Fn(
+                tonic::codegen::http::Uri,
+            ) -> Dialing<tokio_rustls::client::TlsStream<tokio::net::UnixStream>>
+            + Clone,
+    > {
+        let path = Arc::new(path);
+        Connector(move |_| {
+            let (this, path) = (self.clone(), path.clone());
+            Box::pin(async move {
+                let other = |e: String| std::io::Error::other(e);
+                let tls = this
+                    .config()
+                    .and_then(|t| {
+                        t.with_server_name(UNIX_AUTHORITY)
+                            .map_err(|e| e.to_string())
+                    })
+                    .map_err(other)?;
+                let unix = tokio::net::UnixStream::connect(path.as_path())
+                    .await
+                    .map_err(|e| {
+                        std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+                    })?;
+                tls.handshake_named(unix).await.map_err(|e| {
+                    other(format!("TLS handshake over {} failed: {e}", path.display()))
+                })
+            }) as Dialing<_>
         })
     }
 
@@ -538,20 +581,34 @@ impl XdsClient {
             None => "".into(),
         };
         let server = bootstrap.server()?.clone();
-        let channel = match server.address() {
-            // gRPC's authority for a Unix socket is "localhost".
-            ServerAddress::Unix(path) => Endpoint::from_static("http://localhost")
-                .connect_with_connector_lazy(unix_connector(path)),
-            ServerAddress::Tcp(uri) => {
+        // `secure` comes from the connector each arm builds, so no transport
+        // can be plaintext while the stream believes it is encrypted.
+        let (channel, secure) = match (server.address(), &server.channel_creds) {
+            (ServerAddress::Unix(path), ChannelCreds::Tls(creds)) => (
+                Endpoint::from_static(UNIX_ENDPOINT).connect_with_connector_lazy(
+                    TlsConnector::new(creds.clone()).unix_connector(path),
+                ),
+                true,
+            ),
+            (ServerAddress::Unix(path), ChannelCreds::Insecure) => (
+                Endpoint::from_static(UNIX_ENDPOINT)
+                    .connect_with_connector_lazy(unix_connector(path)),
+                false,
+            ),
+            (ServerAddress::Tcp(uri), creds) => {
                 let endpoint = Endpoint::from_shared(uri).map_err(|e| BootstrapError {
                     field: "xds_servers[0].server_uri".into(),
                     value: server.server_uri.clone(),
                     problem: format!("is not a valid URI: {e}"),
                 })?;
-                match &server.channel_creds {
-                    ChannelCreds::Tls(creds) => endpoint
-                        .connect_with_connector_lazy(TlsConnector::new(creds.clone()).connector()),
-                    _ => endpoint.connect_lazy(),
+                match creds {
+                    ChannelCreds::Tls(creds) => (
+                        endpoint.connect_with_connector_lazy(
+                            TlsConnector::new(creds.clone()).connector(),
+                        ),
+                        true,
+                    ),
+                    ChannelCreds::Insecure => (endpoint.connect_lazy(), false),
                 }
             }
         };
@@ -560,9 +617,6 @@ impl XdsClient {
         } else {
             Vec::new()
         };
-        // C-core refuses to send call credentials over plaintext: every
-        // stream then fails, saying so.
-        let secure = matches!(server.channel_creds, ChannelCreds::Tls(_));
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let (events, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {

@@ -281,15 +281,30 @@ impl TlsConfig {
             .unwrap_or_else(|| ServerName::IpAddress(address.ip().into()));
         connect_h2(self.client.clone(), name, stream).await
     }
+
+    /// Runs the TLS handshake over any stream (a Unix socket's), verifying
+    /// the server name given by [`TlsConfig::with_server_name`].
+    pub async fn handshake_named<S>(&self, stream: S) -> Result<TlsStream<S>, HandshakeError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
+        let name = self.server_name.clone().ok_or_else(|| {
+            HandshakeError::Credentials("no server name to verify the certificate against".into())
+        })?;
+        connect_h2(self.client.clone(), name, stream).await
+    }
 }
 
 /// The TLS handshake with `config` over `stream`; the server must agree to
 /// ALPN `h2`, as gRPC requires.
-pub async fn connect_h2(
+pub async fn connect_h2<S>(
     config: Arc<ClientConfig>,
     name: ServerName<'static>,
-    stream: TcpStream,
-) -> Result<TlsStream<TcpStream>, HandshakeError> {
+    stream: S,
+) -> Result<TlsStream<S>, HandshakeError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let tls = TlsConnector::from(config)
         .connect(name, stream)
         .await

@@ -221,3 +221,230 @@ fn call_creds_configs_are_checked_when_a97_is_on() {
     assert!(parse(r#"[{"type":"jwt_token_file","config":{}}]"#, false).is_ok());
     assert!(parse(r#"[{"type":"something_else"}]"#, true).is_ok());
 }
+
+/// The first bytes a client writes on a Unix socket at `path` (up to 10 s
+/// for the first of them).
+async fn first_bytes_on(listener: tokio::net::UnixListener) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let (mut conn, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+        .await
+        .expect("a connection within 10 s")
+        .unwrap();
+    let mut buf = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+        .await
+        .expect("bytes within 10 s")
+        .unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// A `unix:` server with `tls` channel creds: the TLS handshake runs over
+/// the socket, as C-core runs its credentials over any transport, so the
+/// A97 token is only ever sent encrypted. It was plaintext HTTP/2 with the
+/// token in it. Beside grpcio: both open with a TLS ClientHello (a record
+/// of type 22), never HTTP/2's preface.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_unix_server_with_tls_creds_gets_tls_and_the_token_only_inside_it() {
+    let dir = Dir(std::env::temp_dir().join(format!("tether-a97-unix-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let ca = Ca::new("xds CA");
+    let ca_file = dir.0.join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let token_file = dir.0.join("token.jwt");
+    let token = jwt(now() + 3600);
+    std::fs::write(&token_file, &token).unwrap();
+    let unix_bootstrap = |socket: &Path, node: &str| {
+        let file = dir.0.join(format!("{node}.json"));
+        std::fs::write(
+            &file,
+            format!(
+                r#"{{"xds_servers":[{{"server_uri":"unix://{}","channel_creds":[{{"type":"tls","config":{{"ca_certificate_file":"{}"}}}}],
+                    "call_creds":[{{"type":"jwt_token_file","config":{{"jwt_token_file":"{}"}}}}],
+                    "server_features":["xds_v3"]}}],"node":{{"id":"{node}"}}}}"#,
+                socket.display(),
+                ca_file.display(),
+                token_file.display()
+            ),
+        )
+        .unwrap();
+        file
+    };
+    let start = |file: &Path| {
+        let mut options = tether_xds::client::ClientOptions::default();
+        options.bootstrap_call_creds = true;
+        let client = tether_xds::XdsClient::start_with(
+            tether_xds::Bootstrap::from_file(file).unwrap(),
+            options,
+        )
+        .unwrap();
+        let w = client.watch(tether_xds::ResourceKind::Listener, TARGET);
+        (client, w)
+    };
+
+    // A plaintext listener sees what each client opens with.
+    let plain = dir.0.join("plain.sock");
+    let file = unix_bootstrap(&plain, "unix-plain");
+    let listener = tokio::net::UnixListener::bind(&plain).unwrap();
+    let (_client, _w) = start(&file);
+    let ours = first_bytes_on(listener).await;
+    assert_eq!(
+        ours.first(),
+        Some(&22),
+        "tether: {:?}",
+        String::from_utf8_lossy(&ours)
+    );
+    assert!(!ours.starts_with(b"PRI * HTTP/2.0"));
+    let _ = std::fs::remove_file(&plain);
+    let listener = tokio::net::UnixListener::bind(&plain).unwrap();
+    let python = grpcio::python_or_install(None).await.unwrap();
+    let _ccore = tether_testkit::command(&python)
+        .arg(grpcio::client_script())
+        .args(["--timeout", "10", &format!("xds:///{TARGET}"), "1"])
+        .env("GRPC_XDS_BOOTSTRAP", &file)
+        .env(tether_xds::call_creds::ENV, "true")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let theirs = first_bytes_on(listener).await;
+    assert_eq!(
+        theirs.first(),
+        Some(&22),
+        "C-core: {:?}",
+        String::from_utf8_lossy(&theirs)
+    );
+
+    // A TLS server behind the socket (its certificate names localhost,
+    // gRPC's authority for Unix sockets): the stream carries the token and
+    // gets the resources.
+    let backend = GrpcBackend::start("behind-unix-tls").await;
+    let f = Fixture::start_tls(Mode::Serve, server_config(&ca.issue(&["localhost"]), None)).await;
+    f.set_resources(LDS, vec![make::listener(TARGET, "routes")]);
+    f.set_resources(
+        RDS,
+        vec![pack(&route_config("routes", vec![route("/", "c")]))],
+    );
+    f.set_resources(CDS, vec![pack(&make::cluster("c"))]);
+    f.set_resources(
+        EDS,
+        vec![pack(&endpoints("c", &backend.addr().to_string()))],
+    );
+    let socket = dir.0.join("tls.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    let to = f.addr;
+    tokio::spawn(async move {
+        while let Ok((mut unix, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                if let Ok(mut tcp) = tokio::net::TcpStream::connect(to).await {
+                    let _ = tokio::io::copy_bidirectional(&mut unix, &mut tcp).await;
+                }
+            });
+        }
+    });
+    let (_client, mut w) = start(&unix_bootstrap(&socket, "unix-tls"));
+    let state = tokio::time::timeout(
+        Duration::from_secs(10),
+        w.wait_for(|s| s.resource.is_some()),
+    )
+    .await
+    .expect("the listener over TLS over the socket within 10 s")
+    .unwrap()
+    .clone();
+    assert!(state.error.is_none(), "{state:?}");
+    assert_eq!(
+        f.authorizations().first(),
+        Some(&Some(format!("Bearer {token}")))
+    );
+}
+
+/// Token files at the edges, beside C-core: an expired token is still sent
+/// (the server judges it; C-core does not check `exp` before sending), and
+/// an `exp` no clock holds (1e19) fails the stream UNAUTHENTICATED on both
+/// sides; tether's XdsClient task panicked on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_and_absurd_tokens_as_c_core_treats_them() {
+    let backend = GrpcBackend::start("behind-jwt-edges").await;
+    let ca = Ca::new("xds CA");
+    let f = Fixture::start_tls(Mode::Serve, server_config(&ca.issue(&["localhost"]), None)).await;
+    f.set_resources(LDS, vec![make::listener(TARGET, "routes")]);
+    f.set_resources(
+        RDS,
+        vec![pack(&route_config("routes", vec![route("/", "c")]))],
+    );
+    f.set_resources(CDS, vec![pack(&make::cluster("c"))]);
+    f.set_resources(
+        EDS,
+        vec![pack(&endpoints("c", &backend.addr().to_string()))],
+    );
+    let dir = Dir(std::env::temp_dir().join(format!("tether-a97-edges-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let ca_file = dir.0.join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let tls = format!(
+        r#"{{"type":"tls","config":{{"ca_certificate_file":"{}"}}}}"#,
+        ca_file.display()
+    );
+    let python = grpcio::python_or_install(None).await.unwrap();
+
+    // Expired an hour ago: both send it as it is.
+    let token_file = dir.0.join("expired.jwt");
+    let expired = jwt(now() - 3600);
+    std::fs::write(&token_file, &expired).unwrap();
+    let file = dir.0.join("expired.json");
+    std::fs::write(
+        &file,
+        bootstrap(f.addr.port(), &tls, &token_file, "expired"),
+    )
+    .unwrap();
+    let want = Some(format!("Bearer {expired}"));
+    let before = f.authorizations().len();
+    let (_client, state) = tether_client(&file, true).await;
+    assert!(state.resource.is_some(), "tether: {state:?}");
+    assert_eq!(f.authorizations()[before..].first(), Some(&want), "tether");
+    let before = f.authorizations().len();
+    let calls = grpcio::Client::new(&python, &file)
+        .with_env(tether_xds::call_creds::ENV, "true")
+        .calls(&format!("xds:///{TARGET}"), 1, None)
+        .await
+        .unwrap_or_else(|e| panic!("C-core: {e}"));
+    assert!(calls.iter().all(|c| c.ok()), "C-core: {calls:?}");
+    assert_eq!(f.authorizations()[before..].first(), Some(&want), "C-core");
+
+    // exp = 1e19: neither opens a stream with it.
+    let token_file = dir.0.join("absurd.jwt");
+    let absurd = {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        format!(
+            "{}.{}.{}",
+            b64(r#"{"alg":"none"}"#),
+            b64(r#"{"exp":1e19}"#),
+            b64("sig")
+        )
+    };
+    std::fs::write(&token_file, &absurd).unwrap();
+    let file = dir.0.join("absurd.json");
+    std::fs::write(&file, bootstrap(f.addr.port(), &tls, &token_file, "absurd")).unwrap();
+    let before = f.authorizations().len();
+    let (_client, state) = tether_client(&file, true).await;
+    let error = state.error.expect("an error, not a panic").to_string();
+    assert!(error.contains("UNAUTHENTICATED"), "tether: {error}");
+    assert!(
+        error.contains("is past any time this clock can hold"),
+        "tether: {error}"
+    );
+    let theirs = grpcio::Client::new(&python, &file)
+        .with_env(tether_xds::call_creds::ENV, "true")
+        .run(&short_call(), None)
+        .await
+        .expect_err("C-core fails too");
+    assert!(theirs.contains("UNAUTHENTICATED"), "C-core: {theirs}");
+    assert!(
+        f.authorizations()[before..]
+            .iter()
+            .all(|a| a.as_deref() != Some(absurd.as_str())),
+        "nobody sent the absurd token"
+    );
+}
