@@ -1,6 +1,8 @@
-//! gRFC A97's `jwt_token_file` call credentials on the xDS stream, beside
-//! gRPC C-core (grpcio) on the same bootstrap, token and certificates: a
-//! TLS ADS server that records each stream's `authorization` header.
+//! The xDS server's credentials beside gRPC C-core (grpcio) on the same
+//! bootstrap, token and certificates: gRFC A97's `jwt_token_file` call
+//! credentials on the stream (a TLS ADS server records each stream's
+//! `authorization` header), TLS over a `unix:` socket, and the
+//! `channel_creds` C-core refuses.
 
 mod xds_support;
 
@@ -447,4 +449,42 @@ async fn expired_and_absurd_tokens_as_c_core_treats_them() {
             .all(|a| a.as_deref() != Some(absurd.as_str())),
         "nobody sent the absurd token"
     );
+}
+
+/// `channel_creds` absent or `[]`: C-core refuses the bootstrap (it does
+/// not fall back to plaintext), and so does tether, in C-core's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_usable_channel_creds_is_refused_as_c_core_refuses_it() {
+    let dir = Dir(std::env::temp_dir().join(format!("tether-creds-{}", std::process::id())));
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let python = grpcio::python_or_install(None).await.unwrap();
+    for (name, creds, words) in [
+        ("absent", "", "field not present"),
+        (
+            "empty",
+            r#","channel_creds":[]"#,
+            "no known creds type found",
+        ),
+    ] {
+        let json = format!(
+            r#"{{"xds_servers":[{{"server_uri":"localhost:1"{creds},"server_features":["xds_v3"]}}],"node":{{"id":"n"}}}}"#
+        );
+        let ours = tether_xds::Bootstrap::from_json(&json)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            ours.starts_with("bootstrap xds_servers[0].channel_creds:") && ours.contains(words),
+            "{name}: tether: {ours}"
+        );
+        let file = dir.0.join(format!("{name}.json"));
+        std::fs::write(&file, &json).unwrap();
+        let theirs = grpcio::Client::new(&python, &file)
+            .run(&short_call(), None)
+            .await
+            .expect_err("C-core refuses the bootstrap");
+        assert!(
+            theirs.contains("channel_creds") && theirs.contains(words),
+            "{name}: C-core: {theirs}"
+        );
+    }
 }
