@@ -50,7 +50,8 @@ impl Ca {
     }
 
     /// A leaf certificate with these SANs: an IP address, a URI (with
-    /// `://`) or else a DNS name.
+    /// `://`, or any text after `uri:`), an e-mail address (after
+    /// `email:`) or else a DNS name.
     pub fn issue(&self, sans: &[&str]) -> Issued {
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("leaf params");
         params
@@ -61,6 +62,10 @@ impl Ca {
                 .subject_alt_names
                 .push(if let Ok(ip) = san.parse::<IpAddr>() {
                     SanType::IpAddress(ip)
+                } else if let Some(uri) = san.strip_prefix("uri:") {
+                    SanType::URI(uri.try_into().expect("a URI SAN"))
+                } else if let Some(email) = san.strip_prefix("email:") {
+                    SanType::Rfc822Name(email.try_into().expect("an e-mail SAN"))
                 } else if san.contains("://") {
                     SanType::URI((*san).try_into().expect("a URI SAN"))
                 } else {

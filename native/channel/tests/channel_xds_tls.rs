@@ -336,3 +336,88 @@ async fn a_client_certificate_rotated_under_load_fails_no_call_beside_c_core() {
         goaways.load(Ordering::SeqCst)
     );
 }
+
+/// How an `exact` SAN matcher reads SANs of each type, beside C-core on the
+/// same certificates: DNS rules (case folded, a `*.` left-most label
+/// matching one label) apply to URI SANs too, as C-core applies them
+/// (grpc-go applies them to DNS SANs only), and e-mail SANs are not
+/// consulted at all, as C-core does not consult them. tether follows
+/// C-core; it used to accept an e-mail SAN.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exact_san_matching_by_san_type_beside_c_core() {
+    let Ok(python) = grpcio::python_or_install(None).await else {
+        panic!("grpcio is needed (scripts/setup.sh installs it)");
+    };
+    let servers = Ca::new("server CA");
+    let clients = Ca::new("client CA");
+    let client = clients.issue(&["spiffe://tether.test/ns/default/sa/client"]);
+    let dir = TempDir::new("xds-tls-san-types");
+    std::fs::write(dir.0.join("ca.pem"), servers.pem()).unwrap();
+    client.write(&dir.0, "client");
+    // (the server certificate's SAN, the matcher, what C-core does)
+    let cases = [
+        (
+            "uri:spiffe://Tether.Test/NS/default/sa/backend",
+            BACKEND_ID,
+            true,
+        ),
+        ("uri:*.tether.test", "backend.tether.test", true),
+        ("uri:*.tether.test", "a.backend.tether.test", false),
+        ("email:backend@tether.test", "backend@tether.test", false),
+        ("BACKEND.tether.test", "backend.tether.test", true),
+    ];
+    let mut backends = Vec::new();
+    let mut yaml = String::from("virtualhosts:\n");
+    for i in 0..cases.len() {
+        yaml += &format!(
+            "  - name: san{i}.tether.test\n    routes:\n      - services: [{{ name: s{i} }}]\n"
+        );
+    }
+    yaml += "services:\n";
+    for (i, (san, matcher, _)) in cases.iter().enumerate() {
+        let backend = GrpcBackend::start_tls(
+            &format!("s{i}"),
+            server_config(&servers.issue(&[san]), Some(&clients)),
+        )
+        .await;
+        yaml += &format!(
+            "  - name: s{i}\n    protocol: h2c\n    tls:\n      caInstance: roots\n      \
+             identityInstance: identity\n      subjectAltNames: [ {{ exact: \"{matcher}\" }} ]\n    \
+             endpoints:\n      - address: \"{}\"\n",
+            backend.addr()
+        );
+        backends.push(backend);
+    }
+    let control = Control::start(&yaml).await;
+    let path = bootstrap(&control, &dir.0, "xds-tls-san-types");
+    for (i, (san, matcher, c_core)) in cases.iter().enumerate() {
+        let target = format!("xds:///san{i}.tether.test");
+        let channel = Channel::builder()
+            .bootstrap(tether::xds::Bootstrap::from_file(&path).unwrap())
+            .connect(&target)
+            .unwrap();
+        let ours = channel_call(&channel).await.is_ok();
+        let theirs = grpcio::Client::new(&python, &path)
+            .run(
+                &[
+                    "--xds-creds".into(),
+                    "--fail-fast".into(),
+                    "--failures-ok".into(),
+                    "--timeout".into(),
+                    "5".into(),
+                    target.clone(),
+                    "1".into(),
+                ],
+                None,
+            )
+            .await
+            .unwrap();
+        assert!(!theirs.is_empty(), "{target}");
+        let theirs = theirs.iter().all(|c| c.ok());
+        assert_eq!(
+            (ours, theirs),
+            (*c_core, *c_core),
+            "SAN {san} against exact {matcher}: (tether, C-core)"
+        );
+    }
+}

@@ -74,6 +74,15 @@ pub struct UpstreamTls {
     pub san_matchers: Vec<SanMatcher>,
 }
 
+impl UpstreamTls {
+    /// The system's roots (gRFC A82) with no SAN matcher: any certificate
+    /// from any publicly trusted CA is accepted for every endpoint. A82
+    /// allows it and C-core accepts it silently; it is almost never meant.
+    pub fn trusts_any_public_certificate(&self) -> bool {
+        self.roots == Roots::System && self.san_matchers.is_empty()
+    }
+}
+
 /// Where a cluster's roots come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

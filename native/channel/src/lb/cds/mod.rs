@@ -305,6 +305,8 @@ pub struct Cds {
     /// The cluster's xDS-managed TLS (A29), which every subchannel of its
     /// subtree uses.
     security: Security,
+    /// Said once while the cluster's TLS trusts any public certificate.
+    warned_any_certificate: bool,
 }
 
 impl Default for Cds {
@@ -321,6 +323,7 @@ impl Cds {
             child: None,
             error: None,
             security: None,
+            warned_any_certificate: false,
         }
     }
 
@@ -338,6 +341,24 @@ impl LbPolicy for Cds {
         };
         self.name = Some(config.name().clone());
         if let Config::Leaf(leaf) = &config {
+            // Accepted as C-core accepts it, but said: a cluster verified
+            // against the system's roots with no SAN matcher trusts every
+            // public CA for every endpoint.
+            let any = leaf
+                .cluster
+                .security
+                .as_ref()
+                .is_some_and(|t| t.trusts_any_public_certificate());
+            if any && !self.warned_any_certificate {
+                log::warn!(
+                    "cluster {}: TLS verified against the system's roots with no \
+                     match_subject_alt_names: any certificate from any publicly trusted CA is \
+                     accepted for its endpoints (gRFC A82 allows it, C-core accepts it); give the \
+                     cluster SAN matchers",
+                    leaf.name
+                );
+            }
+            self.warned_any_certificate = any;
             match ctx.security_for(leaf.cluster.security.as_ref()) {
                 Ok(security) => self.security = security,
                 Err(message) => {
