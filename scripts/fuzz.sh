@@ -15,7 +15,7 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 host=$(rustc -vV | sed -n 's/^host: //p')
 cargo build --manifest-path fuzz/Cargo.toml --release --bins --quiet --target "$host"
 total=0
-for t in decode cookie_header config xds_resource; do
+for t in decode cookie_header config xds_resource san_match bootstrap; do
   corpus="target/fuzz/corpus/$t"
   mkdir -p "$corpus"
   # Seed with the shared vectors' values so the fuzzer starts from real cookies.
@@ -25,6 +25,13 @@ v = json.load(open("testdata/vectors.json"))
 vals = [d["value"] for d in v["decode"]] + [e["value"] for e in v["encode"]]
 vals += [h for c in v["cookie_header"] for h in c["headers"]]
 vals += ['{"cookie":{"name":"s","path":"/","ttl":"120s","attributes":[{"name":"SameSite","value":"Lax"}]}}']
+# SAN matchers (a selector byte, the matcher, SANs) and bootstraps.
+vals += ["\x00*.tether.test\nbackend.tether.test\nspiffe://td/sa/b", "\x04spiffe://td/.*\nspiffe://td/sa/b\nx)|(.*",
+         "\x81SPIFFE://\nspiffe://td/sa/b"]
+vals += ['{"xds_servers":[{"server_uri":"unix:///run/xds.sock","channel_creds":[{"type":"tls","config":{"ca_certificate_file":"ca.pem"}}],'
+         '"call_creds":[{"type":"jwt_token_file","config":{"jwt_token_file":"t.jwt"}}]}],"node":{"id":"n"},'
+         '"certificate_providers":{"r":{"plugin_name":"file_watcher","config":{"ca_certificate_file":"a","refresh_interval":"0.000000001s"}}}}',
+         "eyJhbGciOiJub25lIn0.eyJleHAiOjFlMTl9.c2ln"]
 for s in vals:
     p = os.path.join(sys.argv[1], hashlib.sha1(s.encode()).hexdigest())
     open(p, "w").write(s)

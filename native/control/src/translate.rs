@@ -1064,9 +1064,9 @@ fn san_matchers(
 }
 
 /// An Envoy cluster's `transport_socket` for a service's `tls.envoy`: the
-/// same SAN matchers (typed, for every SAN type, since a proxyless
-/// matcher looks at all of them), the roots and identity from files, ALPN
-/// `h2`. `None` without `tls.envoy`.
+/// same SAN matchers (typed, for the SAN types a proxyless client reads:
+/// DNS, URI and IP, as C-core; not e-mail), the roots and identity from
+/// files, ALPN `h2`. `None` without `tls.envoy`.
 fn envoy_upstream_tls(t: &crate::model::ServiceTlsSpec) -> Option<core::TransportSocket> {
     use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as tls;
     let files = t.envoy.as_ref()?;
@@ -1079,18 +1079,13 @@ fn envoy_upstream_tls(t: &crate::model::ServiceTlsSpec) -> Option<core::Transpor
     let typed = untyped
         .iter()
         .flat_map(|m| {
-            [
-                SanType::Dns,
-                SanType::Uri,
-                SanType::IpAddress,
-                SanType::Email,
-            ]
-            .into_iter()
-            .map(move |san_type| tls::SubjectAltNameMatcher {
-                san_type: san_type as i32,
-                matcher: Some(m.clone()),
-                ..Default::default()
-            })
+            [SanType::Dns, SanType::Uri, SanType::IpAddress]
+                .into_iter()
+                .map(move |san_type| tls::SubjectAltNameMatcher {
+                    san_type: san_type as i32,
+                    matcher: Some(m.clone()),
+                    ..Default::default()
+                })
         })
         .collect();
     let identity = match (&files.certificate_file, &files.private_key_file) {

@@ -179,7 +179,7 @@ impl ServerCertVerifier for SanVerifier {
         )
         .map_err(|e| rustls::Error::InvalidCertificate(webpki_error(e)))?;
         let sans = san::sans(end_entity);
-        if san::verify(&sans, &self.matchers) {
+        if tether_xds::resource::san::verify(&sans, &self.matchers) {
             Ok(ServerCertVerified::assertion())
         } else {
             Err(rustls::Error::General(format!(

@@ -10,6 +10,7 @@ pub mod fault;
 pub mod listener;
 pub mod retry;
 pub mod route;
+pub mod san;
 pub mod security;
 pub mod typed_struct;
 
