@@ -23,9 +23,11 @@ pub enum CookieCommand {
 pub struct DecodeArgs {
     /// The cookie value, e.g. Cg8xMjcuMC4wLjE6MTkwMDE= or "Cg8x...=" or MTI3LjAuMC4xOjQ0Mzs=
     value: String,
-    /// A base64 signing secret to verify the MAC with (repeatable: a key ring).
-    #[arg(long = "key", value_name = "BASE64")]
-    keys: Vec<String>,
+    /// A file of base64 signing secrets, one a line, to verify the MAC with
+    /// (every one is tried: a key ring). Never a secret on the command line,
+    /// where `ps` and shell history show it.
+    #[arg(long = "key-file", value_name = "FILE")]
+    key_file: Option<std::path::PathBuf>,
     /// Judge expiry at this epoch second instead of now.
     #[arg(long, value_name = "EPOCH_SECONDS")]
     now: Option<u64>,
@@ -50,9 +52,10 @@ pub struct EncodeArgs {
     /// Wire format to write.
     #[arg(long, default_value = "envoy", value_parser = ["envoy", "grpc", "legacy"])]
     format: String,
-    /// Base64 signing secret (at least 16 bytes; format envoy only).
-    #[arg(long, value_name = "BASE64")]
-    key: Option<String>,
+    /// A file of base64 signing secrets, one a line (at least 16 bytes
+    /// each; format envoy only): the first signs.
+    #[arg(long = "key-file", value_name = "FILE")]
+    key_file: Option<std::path::PathBuf>,
     /// Also render a Set-Cookie for a cookie with this name.
     #[arg(long)]
     name: Option<String>,
@@ -76,15 +79,41 @@ pub fn run(cmd: CookieCommand) -> Result<Value, String> {
     }
 }
 
-fn keys(secrets: &[String]) -> Result<KeyRing, String> {
-    KeyRing::from_base64(secrets.iter().map(String::as_str)).map_err(|e| {
-        // The ring names entries keys[i]; on the command line they are --key.
-        e.to_string().replacen("keys[", "--key[", 1)
-    })
+/// The key ring in `file`: one base64 secret a line (blank lines and
+/// `#` comments skipped), the first signing. Errors name the file and the
+/// line, never the secret.
+fn keys(file: Option<&std::path::Path>) -> Result<KeyRing, String> {
+    let Some(file) = file else {
+        return Ok(KeyRing::empty());
+    };
+    let text =
+        std::fs::read_to_string(file).map_err(|e| format!("--key-file {}: {e}", file.display()))?;
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    if lines.is_empty() {
+        return Err(format!("--key-file {}: holds no key", file.display()));
+    }
+    for (n, line) in &lines {
+        // Each alone first, so that an error names its line.
+        KeyRing::from_base64([*line]).map_err(|e| {
+            let why = e.to_string();
+            let why = why
+                .split_once(": ")
+                .map_or(why.as_str(), |(_, w)| w)
+                .to_owned();
+            format!("--key-file {} line {n}: {why}", file.display())
+        })?;
+    }
+    KeyRing::from_base64(lines.iter().map(|(_, l)| *l))
+        .map_err(|e| format!("--key-file {}: {e}", file.display()))
 }
 
 fn decode(a: DecodeArgs) -> Result<Value, String> {
-    let ring = keys(&a.keys)?;
+    let ring = keys(a.key_file.as_deref())?;
     let d = cookie::decode(&a.value, &ring).map_err(|e| format!("cookie {:?}: {e}", a.value))?;
     let now = a.now.unwrap_or_else(super::now);
     let (signature, key) = match d.signature {
@@ -169,7 +198,7 @@ fn encode(a: EncodeArgs) -> Result<Value, String> {
         .transpose()?
         .unwrap_or(Duration::ZERO);
     let now = a.now.unwrap_or_else(super::now);
-    let ring = keys(a.key.as_slice())?;
+    let ring = keys(a.key_file.as_deref())?;
     let mut c = SessionCookie::new(addresses);
     c.cluster = a.cluster.clone();
     c.expires = format.expiry_after(ttl, now);

@@ -72,21 +72,45 @@ fn envoy_encode_with_ttl_and_list_round_trips() {
     assert_eq!(d["expires"], 1120);
 }
 
+/// A key file holding `lines`, in a directory of its own; its path.
+fn key_file(name: &str, lines: &[&str]) -> String {
+    let dir = std::env::temp_dir().join(format!("tether-cli-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
 #[test]
 fn signed_cookies_verify_only_with_the_key() {
-    let (_, j, _) = tether(&format!("cookie encode --address 127.0.0.1:1 --key {KEY}"));
+    let mine = key_file("mine", &[KEY]);
+    let (_, j, _) = tether(&format!(
+        "cookie encode --address 127.0.0.1:1 --key-file {mine}"
+    ));
     assert_eq!(j["signed"], true);
     let v = j["value"].as_str().unwrap();
-    let (_, ok, _) = tether(&format!("cookie decode {v} --key {KEY}"));
+    let (_, ok, _) = tether(&format!("cookie decode {v} --key-file {mine}"));
     assert_eq!(ok["signature"], "valid");
     assert_eq!(ok["key"], 0);
     let other = "ZmVkY2JhOTg3NjU0MzIxMGZlZGNiYTk4NzY1NDMyMTA=";
-    let (_, bad, _) = tether(&format!("cookie decode {v} --key {other}"));
+    let theirs = key_file("theirs", &[other]);
+    let (_, bad, _) = tether(&format!("cookie decode {v} --key-file {theirs}"));
     assert_eq!(bad["signature"], "invalid");
-    let (_, rotated, _) = tether(&format!("cookie decode {v} --key {other} --key {KEY}"));
+    // A rotated ring: the new key first (it writes), the old one still read.
+    let ring = key_file("ring", &["# rotated", other, "", KEY]);
+    let (_, rotated, _) = tether(&format!("cookie decode {v} --key-file {ring}"));
     assert_eq!(rotated["key"], 1);
+    let (_, resigned, _) = tether(&format!(
+        "cookie encode --address 127.0.0.1:1 --key-file {ring}"
+    ));
+    let w = resigned["value"].as_str().unwrap();
+    let (_, new, _) = tether(&format!("cookie decode {w} --key-file {theirs}"));
+    assert_eq!(new["signature"], "valid");
     let (_, unchecked, _) = tether(&format!("cookie decode {v}"));
     assert_eq!(unchecked["signature"], "unchecked");
+    // No secret on the command line: --key is gone.
+    let (code, _, err) = tether(&format!("cookie decode {v} --key {KEY}"));
+    assert_eq!(code, 2, "{err}");
 }
 
 #[test]
@@ -103,12 +127,22 @@ fn errors_name_the_option_and_the_value() {
     let (code, _, err) = tether("cookie encode --address 127.0.0.1:1 --format legacy --cluster c");
     assert_eq!(code, 1);
     assert!(err.contains("format legacy cannot carry cluster"), "{err}");
-    let (code, _, err) = tether("cookie encode --address 127.0.0.1:1 --key c2hvcnQ=");
+    let short = key_file("short", &[KEY, "c2hvcnQ="]);
+    let (code, _, err) = tether(&format!(
+        "cookie encode --address 127.0.0.1:1 --key-file {short}"
+    ));
     assert_eq!(code, 1);
     assert!(
-        err.contains("--key[0]") && err.contains("a key needs at least 16"),
+        err.contains(&format!(
+            "--key-file {short} line 2: \"<8 characters>\" decodes to 5 bytes"
+        )) && err.contains("a key needs at least 16")
+            && !err.contains("c2hvcnQ"),
         "{err}"
     );
+    let empty = key_file("empty", &["# nothing"]);
+    let (code, _, err) = tether(&format!("cookie decode x --key-file {empty}"));
+    assert_eq!(code, 1);
+    assert!(err.contains("holds no key"), "{err}");
     let (code, _, err) = tether("cookie decode garbage!");
     assert_eq!(code, 1);
     assert!(
