@@ -11,8 +11,8 @@
 //!   `ip:port`; writes any of them, optionally signed.
 //! - [`http`]: RFC 6265 `Cookie` header parsing, `Set-Cookie` rendering in
 //!   Envoy's and C-core's byte order, and the cookie path gate.
-//! - [`config`]: the session configuration (mirrors Envoy's `StatefulSession`)
-//!   with validation errors that name the field and the value.
+//! - [`config`]: the session configuration (mirrors Envoy's `StatefulSession`).
+//! - [`error`]: configuration errors that name the field and the value.
 //! - [`session`]: the two decisions every adapter makes: which hosts a request
 //!   is pinned to, and what (if anything) to send back after it was served.
 //! - [`hash`]: hash-based affinity as Envoy computes it: route hash policies,
@@ -31,6 +31,7 @@ pub mod address;
 pub mod config;
 pub mod cookie;
 pub mod duration;
+pub mod error;
 pub mod hash;
 pub mod http;
 pub mod session;

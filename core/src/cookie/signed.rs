@@ -21,7 +21,7 @@ use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 
 use super::{SessionCookie, Signature, BASE64};
-use crate::config::{ConfigError, Problem};
+use crate::error::{ConfigError, Problem};
 use base64::Engine as _;
 
 /// Bytes of MAC kept in a cookie.

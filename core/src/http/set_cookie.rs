@@ -17,8 +17,8 @@ use core::fmt::Write as _;
 use core::time::Duration;
 
 use super::syntax::{is_attribute_value, is_cookie_value, is_token};
-use crate::config::{ConfigError, Problem};
 use crate::cookie::Format;
+use crate::error::{ConfigError, Problem};
 
 /// Byte order and quoting of a rendered `Set-Cookie`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -30,7 +30,7 @@ pub const ENV: &str = "GRPC_EXPERIMENTAL_XDS_BOOTSTRAP_CALL_CREDS";
 
 /// Whether [`ENV`] is set to a true value (`true`, `yes`, `1`, any case).
 pub fn enabled_from_env() -> bool {
-    crate::client::env_flag(ENV)
+    crate::env::flag(ENV)
 }
 
 /// The call credentials a bootstrap's server lists that tether supports

@@ -232,14 +232,7 @@ pub struct ClientOptions {
 /// Whether `GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING` is set to a true
 /// value (`true`, `yes`, `1`, any case), as C-core reads it.
 pub fn data_error_handling_from_env() -> bool {
-    env_flag("GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING")
-}
-
-/// Whether the environment variable `name` is set to a true value (`true`,
-/// `yes`, `1`, any case), as C-core reads its `GRPC_EXPERIMENTAL_*` switches.
-pub(crate) fn env_flag(name: &str) -> bool {
-    std::env::var(name)
-        .is_ok_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "yes" | "1"))
+    crate::env::flag("GRPC_EXPERIMENTAL_XDS_DATA_ERROR_HANDLING")
 }
 
 impl Default for ClientOptions {

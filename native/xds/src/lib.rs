@@ -27,6 +27,7 @@ pub mod bootstrap;
 pub mod call_creds;
 pub mod client;
 pub mod csds;
+mod env;
 pub mod error;
 pub mod graph;
 pub mod lb_config;
