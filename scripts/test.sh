@@ -37,6 +37,9 @@ for lib in tether-xds tether-control; do
   fi
 done
 
+step "no module cycles (sibling modules that use each other)"
+python3 scripts/module-cycles.py core/src native/xds/src
+
 step "tether-core builds without std (no_std cdylib with its own panic handler), with and without regex"
 cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --release
 cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --release --features tether-core/regex

@@ -20,7 +20,7 @@ pub use cpb::Cluster;
 use super::endpoint::{HealthSet, HealthStatus};
 use super::listener::config_source_is_ads;
 use super::typed_struct::{TypedStruct, UDPA_TYPED_STRUCT};
-use super::{type_name, Check};
+use super::{type_name, Check, Spelling};
 use crate::lb_config::outlier_detection::{
     FailurePercentageEjection, OutlierDetectionConfig, SuccessRateEjection,
 };
@@ -37,27 +37,6 @@ pub const DEFAULT_JSON_MAX_RING_SIZE: u64 = 4096;
 /// How deep `load_balancing_policy` lists may nest (through `WrrLocality`
 /// or `xds_wrr_locality_experimental`'s `childPolicy`).
 const MAX_POLICY_DEPTH: usize = 16;
-
-/// How a policy's config spells its fields: as the xDS proto does
-/// (`minimum_ring_size`), or as gRPC's service-config JSON does
-/// (`minRingSize`), which a TypedStruct's `value` is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Spelling {
-    /// The proto's snake_case names.
-    Proto,
-    /// The JSON config's camelCase names.
-    Json,
-}
-
-impl Spelling {
-    /// The field's name in this spelling.
-    pub(crate) fn name(self, proto: &'static str, json: &'static str) -> &'static str {
-        match self {
-            Spelling::Proto => proto,
-            Spelling::Json => json,
-        }
-    }
-}
 
 /// A validated cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -676,7 +655,7 @@ fn named_policy(
             if !fields.ok {
                 return Some(None);
             }
-            crate::lb_config::weighted_round_robin::parse_as(c, &w, Spelling::Json)
+            super::weighted_round_robin::parse_as(c, &w, Spelling::Json)
                 .map(LbPolicy::WeightedRoundRobin)
         }
         "xds_wrr_locality_experimental" => {
@@ -903,7 +882,7 @@ fn typed_policy(c: &mut Check, p: &cpb::LoadBalancingPolicy, depth: usize) -> Op
                             lbp::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin,
                         >(any)?;
                         Some(
-                            crate::lb_config::weighted_round_robin::parse(c, &w)
+                            super::weighted_round_robin::parse(c, &w)
                                 .map(LbPolicy::WeightedRoundRobin),
                         )
                     } else if name == TypedStruct::full_name() || name == UDPA_TYPED_STRUCT {

@@ -7,12 +7,14 @@
 pub mod cluster;
 pub mod endpoint;
 pub mod fault;
+pub mod http_filter;
 pub mod listener;
 pub mod retry;
 pub mod route;
 pub mod san;
 pub mod security;
 pub mod typed_struct;
+mod weighted_round_robin;
 
 use std::fmt;
 use std::sync::Arc;
@@ -190,6 +192,27 @@ pub struct ValidationOptions {
     /// TLS (A29) may name only these. The XdsClient fills it in from its
     /// bootstrap.
     pub certificate_providers: std::collections::BTreeSet<String>,
+}
+
+/// How a policy's config spells its fields: as the xDS proto does
+/// (`minimum_ring_size`), or as gRPC's service-config JSON does
+/// (`minRingSize`), which a TypedStruct's `value` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spelling {
+    /// The proto's snake_case names.
+    Proto,
+    /// The JSON config's camelCase names.
+    Json,
+}
+
+impl Spelling {
+    /// The field's name in this spelling.
+    pub(crate) fn name(self, proto: &'static str, json: &'static str) -> &'static str {
+        match self {
+            Spelling::Proto => proto,
+            Spelling::Json => json,
+        }
+    }
 }
 
 /// Collects field errors while walking a message; `at` pushes a path segment.

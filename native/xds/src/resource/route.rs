@@ -11,7 +11,7 @@ use envoy_types::pb::google::protobuf as pb;
 
 pub use rpb::RouteConfiguration;
 
-use super::listener::{filter_override, FilterOverride};
+use super::http_filter::{filter_override, FilterOverride};
 use super::retry::{self, RetryPolicy};
 use super::Check;
 
