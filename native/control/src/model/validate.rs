@@ -1,0 +1,1213 @@
+//! Validation: what single fields cannot check, in the order
+//! [`Config::validate`] reports it: each service (its name, outlier
+//! detection, TLS, keepalive and endpoints), the aggregate graph, the
+//! `envoy` section, then each virtual host and its routes (conditions,
+//! services, and each strategy's settings). Every error names the field's
+//! path; [`Config::parse`] adds its line and column.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::time::Duration;
+
+use tether_xds::lb_config::least_request::{DEFAULT_CHOICE_COUNT, MAX_CHOICE_COUNT};
+use tether_xds::lb_config::weighted_round_robin::Settings as WrrSettings;
+
+use super::analysis::{shared_cluster_conflict, Shared};
+use super::{
+    Condition, Config, CustomPolicySpec, EnvoyTlsFiles, KeepaliveSpec, LoadBalancerPolicy,
+    ModelError, OutlierDetectionSpec, Protocol, RouteSpec, SanMatcherSpec, ServiceSpec,
+    ServiceTlsSpec, SessionClusterSettings, Strategy, WeightedRoundRobinSpec,
+};
+
+impl Config {
+    /// Checks what single fields cannot: unique names, references, and the
+    /// settings each strategy needs.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        let services = self.validate_services()?;
+        self.validate_aggregates()?;
+        self.validate_envoy()?;
+        self.validate_virtual_hosts(&services)
+    }
+
+    /// Each service in turn: a valid name defined once, then its outlier
+    /// detection, TLS, keepalive and endpoints. Returns the names.
+    fn validate_services(&self) -> Result<HashSet<&str>, ModelError> {
+        let mut services = HashSet::new();
+        for (i, s) in self.services.iter().enumerate() {
+            let at = format!("services[{i}]");
+            if s.name.is_empty()
+                || s.name.contains([';', ',', '/'])
+                || s.name.contains(char::is_whitespace)
+            {
+                return Err(ModelError::invalid(
+                    format!("{at}.name"),
+                    &s.name,
+                    "must be non-empty without ';', ',', '/' or spaces",
+                ));
+            }
+            if !services.insert(s.name.as_str()) {
+                return Err(ModelError::invalid(
+                    format!("{at}.name"),
+                    &s.name,
+                    "is defined twice",
+                ));
+            }
+            if let Some(od) = &s.outlier_detection {
+                if s.is_aggregate() {
+                    return Err(ModelError::invalid(
+                        format!("{at}.outlierDetection"),
+                        &s.name,
+                        "belongs on the services an aggregate service names (gRPC applies it per underlying cluster)",
+                    ));
+                }
+                od.validate(&at)?;
+            }
+            if let Some(t) = &s.tls {
+                self.validate_tls(s, t, &at)?;
+            }
+            if let Some(k) = &s.keepalive {
+                keepalive(s, k, &at)?;
+            }
+            endpoints(s, &at)?;
+        }
+        Ok(services)
+    }
+
+    /// A service's `tls` (the service at `at`): not on an aggregate, one
+    /// source of roots, Envoy's TLS given or plaintext said, SAN matchers
+    /// that each match something, and SANs named with the system's roots.
+    fn validate_tls(
+        &self,
+        s: &ServiceSpec,
+        t: &ServiceTlsSpec,
+        at: &str,
+    ) -> Result<(), ModelError> {
+        if s.is_aggregate() {
+            return Err(ModelError::invalid(
+                format!("{at}.tls"),
+                &s.name,
+                "belongs on the services an aggregate service names",
+            ));
+        }
+        if t.ca_instance.is_empty() && !t.system_root_certs {
+            return Err(ModelError::invalid(
+                format!("{at}.tls.caInstance"),
+                "",
+                "must name a certificate provider instance of the clients' bootstrap \
+                 (or set systemRootCerts: true)",
+            ));
+        }
+        if t.envoy.is_some() && t.envoy_plaintext {
+            return Err(ModelError::invalid(
+                format!("{at}.tls.envoyPlaintext"),
+                true,
+                "cannot be set with tls.envoy (Envoy gets TLS from one or plaintext by the other)",
+            ));
+        }
+        if t.envoy.is_none() && !t.envoy_plaintext && self.serves_envoy() {
+            return Err(ModelError::invalid(
+                format!("{at}.tls.envoy"),
+                &s.name,
+                "is missing: Envoy would speak plaintext to a service whose proxyless clients \
+                 use TLS (give tls.envoy the files on the Envoy hosts, or set \
+                 envoyPlaintext: true if plaintext from Envoy is meant)",
+            ));
+        }
+        if let Some(e) = &t.envoy {
+            e.validate(&format!("{at}.tls.envoy"))?;
+        }
+        if !t.ca_instance.is_empty() && t.system_root_certs {
+            return Err(ModelError::invalid(
+                format!("{at}.tls.systemRootCerts"),
+                "true",
+                "cannot be set with caInstance (the roots come from one or the other)",
+            ));
+        }
+        for (k, m) in t.subject_alt_names.iter().enumerate() {
+            m.validate(&format!("{at}.tls.subjectAltNames[{k}]"))?;
+        }
+        // A82 lets an empty list accept any certificate the system
+        // trusts, which is almost never meant: any public CA could
+        // then vouch for any endpoint of the service.
+        if t.system_root_certs && t.subject_alt_names.is_empty() {
+            return Err(ModelError::invalid(
+                format!("{at}.tls.subjectAltNames"),
+                &s.name,
+                "must name the servers' SANs with systemRootCerts: true (without them any \
+                 certificate from any publicly trusted CA is accepted)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each virtual host: a name defined once and its fault, then its
+    /// routes, against the services defined (`services`).
+    fn validate_virtual_hosts(&self, services: &HashSet<&str>) -> Result<(), ModelError> {
+        let mut vhosts = HashSet::new();
+        // Per service, what the routes reaching it asked of its shared
+        // clusters and the route that asked first.
+        let mut shared = Shared::default();
+        for (i, vh) in self.virtualhosts.iter().enumerate() {
+            let at = format!("virtualhosts[{i}]");
+            if vh.name.is_empty() {
+                return Err(ModelError::invalid(
+                    format!("{at}.name"),
+                    "",
+                    "must be non-empty",
+                ));
+            }
+            if !vhosts.insert(vh.name.as_str()) {
+                return Err(ModelError::invalid(
+                    format!("{at}.name"),
+                    &vh.name,
+                    "is defined twice",
+                ));
+            }
+            if let Some(f) = &vh.fault {
+                f.validate(&format!("{at}.fault"))?;
+            }
+            for (j, r) in vh.routes.iter().enumerate() {
+                let rat = format!("{at}.routes[{j}]");
+                self.validate_route(r, &rat, services, &mut shared)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The route at `rat`: its fault and retry policy, conditions,
+    /// services, then its `loadBalancerPolicy`, whose settings must agree
+    /// with those of the routes before it (`shared`) on the clusters they
+    /// share.
+    fn validate_route<'a>(
+        &'a self,
+        r: &'a RouteSpec,
+        rat: &str,
+        services: &HashSet<&str>,
+        shared: &mut Shared<'a>,
+    ) -> Result<(), ModelError> {
+        if let Some(f) = &r.fault {
+            f.validate(&format!("{rat}.fault"))?;
+        }
+        if let Some(p) = &r.retry_policy {
+            p.validate(&format!("{rat}.retryPolicy"))?;
+            if self.envoy.uses_plugin() && r.load_balancer_policy.strategy == Strategy::Session {
+                return Err(ModelError::invalid(
+                    format!("{rat}.retryPolicy"),
+                    "Session",
+                    "cannot be set on a Session route while Envoy runs the tether plugin (its wiring sets the route's retry policy)",
+                ));
+            }
+        }
+        for (k, c) in r.conditions.iter().enumerate() {
+            condition(c, &format!("{rat}.conditions[{k}]"))?;
+        }
+        route_services(r, rat, services)?;
+        let p = &r.load_balancer_policy;
+        let pat = format!("{rat}.loadBalancerPolicy");
+        request_hash_policies(p, &pat)?;
+        self.validate_session(p, &pat, r, &mut shared.session)?;
+        self.validate_choice_count(p, &pat, r, &mut shared.choice_count)?;
+        self.validate_strategy_settings(p, &pat, r, shared)
+    }
+
+    /// `session`: required with `Session` and only used with it, a
+    /// `format` only for the plugin, and one set of cluster settings per
+    /// service: the routes that reach a service share its
+    /// `<service>/session` cluster, aggregates' services included.
+    fn validate_session<'a>(
+        &'a self,
+        p: &LoadBalancerPolicy,
+        pat: &str,
+        r: &'a RouteSpec,
+        session_settings: &mut BTreeMap<&'a str, (SessionClusterSettings, String)>,
+    ) -> Result<(), ModelError> {
+        match (p.strategy, &p.session) {
+            (Strategy::Session, None) => {
+                return Err(ModelError::invalid(
+                    format!("{pat}.session"),
+                    "",
+                    "is required with strategy Session",
+                ))
+            }
+            (Strategy::Session, Some(s)) => {
+                if let (Some(f), false) = (s.format, self.envoy.uses_plugin()) {
+                    return Err(ModelError::invalid(
+                        format!("{pat}.session.format"),
+                        f.0.as_str(),
+                        "needs envoy.sessionFilter: plugin (Envoy's own filter writes only its own format; proxyless clients choose theirs)",
+                    ));
+                }
+                let settings = s.cluster_settings();
+                // An aggregate's services get the settings too: their
+                // `<service>/session` clusters are the ones that pin.
+                for svc in r.services.iter().flat_map(|s| self.closure(&s.name)) {
+                    match session_settings.get(svc.name.as_str()) {
+                        Some((other, at_other)) if *other != settings => {
+                            return Err(ModelError::invalid(
+                                format!("{pat}.session"),
+                                &svc.name,
+                                format!(
+                                    "asks for other overrideHostStatus/idleTimeout on this service than {at_other}.session"
+                                ),
+                            ));
+                        }
+                        Some(_) => {}
+                        None => {
+                            session_settings.insert(svc.name.as_str(), (settings, pat.to_owned()));
+                        }
+                    }
+                }
+            }
+            (other, Some(_)) => {
+                return Err(ModelError::invalid(
+                    format!("{pat}.session"),
+                    other.as_str(),
+                    "is only used with strategy Session",
+                ))
+            }
+            (_, None) => {}
+        }
+        Ok(())
+    }
+
+    /// `choiceCount`: only with `WeightedLeastRequest`, from 2 (gRPC refuses
+    /// fewer) to 10 (gRPC uses no more), and one value per service: the
+    /// routes that reach a service share its `<service>/least-request`
+    /// cluster, aggregates' services included.
+    fn validate_choice_count<'a>(
+        &'a self,
+        p: &LoadBalancerPolicy,
+        pat: &str,
+        r: &'a RouteSpec,
+        counts: &mut BTreeMap<&'a str, (u32, String)>,
+    ) -> Result<(), ModelError> {
+        if p.strategy != Strategy::LeastRequest {
+            return match p.choice_count {
+                Some(_) => Err(ModelError::invalid(
+                    format!("{pat}.choiceCount"),
+                    p.strategy.as_str(),
+                    "is only used with strategy WeightedLeastRequest",
+                )),
+                None => Ok(()),
+            };
+        }
+        let n = p.choice_count.unwrap_or(DEFAULT_CHOICE_COUNT);
+        if !(2..=MAX_CHOICE_COUNT).contains(&n) {
+            return Err(ModelError::invalid(
+                format!("{pat}.choiceCount"),
+                n,
+                format!(
+                    "must be from 2 to {MAX_CHOICE_COUNT} (gRPC refuses fewer than 2 and draws at most {MAX_CHOICE_COUNT})"
+                ),
+            ));
+        }
+        match self.conflict(r, pat, n, counts) {
+            Some((svc, other, at_other)) => Err(ModelError::invalid(
+                format!("{pat}.choiceCount"),
+                n,
+                shared_cluster_conflict(&at_other, "choiceCount", &other, svc),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// `weightedRoundRobin`, `shuffleAddressList` and `custom`: each only
+    /// with its strategy, valid, and one value per service: the routes that
+    /// reach a service share its cluster for the strategy, aggregates'
+    /// services included.
+    fn validate_strategy_settings<'a>(
+        &'a self,
+        p: &'a LoadBalancerPolicy,
+        pat: &str,
+        r: &'a RouteSpec,
+        shared: &mut Shared<'a>,
+    ) -> Result<(), ModelError> {
+        let only = |field: &str, strategy: Strategy| {
+            Err(ModelError::invalid(
+                format!("{pat}.{field}"),
+                p.strategy.as_str(),
+                format!("is only used with strategy {}", strategy.as_str()),
+            ))
+        };
+        if p.weighted_round_robin.is_some() && p.strategy != Strategy::WeightedRoundRobin {
+            return only("weightedRoundRobin", Strategy::WeightedRoundRobin);
+        }
+        if p.shuffle_address_list.is_some() && p.strategy != Strategy::PickFirst {
+            return only("shuffleAddressList", Strategy::PickFirst);
+        }
+        if p.custom.is_some() && p.strategy != Strategy::Custom {
+            return only("custom", Strategy::Custom);
+        }
+        match p.strategy {
+            Strategy::WeightedRoundRobin => {
+                let wat = format!("{pat}.weightedRoundRobin");
+                let spec = p.weighted_round_robin.unwrap_or_default();
+                spec.validate(&wat)?;
+                let mine = spec.settings();
+                if let Some((svc, other, at_other)) = self.conflict(r, pat, mine, &mut shared.wrr) {
+                    let differing = wrr_fields(&mine)
+                        .into_iter()
+                        .zip(wrr_fields(&other))
+                        .find(|(a, b)| a.1 != b.1);
+                    let ((field, value), (_, theirs)) = differing.unwrap_or_default();
+                    return Err(ModelError::invalid(
+                        format!("{wat}.{field}"),
+                        Raw(value),
+                        shared_cluster_conflict(
+                            &at_other,
+                            &format!("weightedRoundRobin.{field}"),
+                            &theirs,
+                            svc,
+                        ),
+                    ));
+                }
+            }
+            Strategy::PickFirst => {
+                let mine = p.shuffle_address_list.unwrap_or(false);
+                if let Some((svc, other, at_other)) =
+                    self.conflict(r, pat, mine, &mut shared.shuffle)
+                {
+                    return Err(ModelError::invalid(
+                        format!("{pat}.shuffleAddressList"),
+                        mine,
+                        shared_cluster_conflict(&at_other, "shuffleAddressList", &other, svc),
+                    ));
+                }
+            }
+            Strategy::Custom => {
+                let cat = format!("{pat}.custom");
+                let Some(mine) = &p.custom else {
+                    return Err(ModelError::invalid(
+                        cat,
+                        "",
+                        "is required with strategy Custom",
+                    ));
+                };
+                mine.validate(&cat)?;
+                if let Some((svc, other, at_other)) =
+                    self.conflict(r, pat, mine, &mut shared.custom)
+                {
+                    return Err(if other.policy != mine.policy {
+                        ModelError::invalid(
+                            format!("{cat}.policy"),
+                            &mine.policy,
+                            shared_cluster_conflict(
+                                &at_other,
+                                "custom.policy",
+                                &format_args!("{:?}", other.policy),
+                                svc,
+                            ),
+                        )
+                    } else {
+                        ModelError::invalid(
+                            format!("{cat}.config"),
+                            Raw(mine.config.to_string()),
+                            shared_cluster_conflict(&at_other, "custom.config", &other.config, svc),
+                        )
+                    });
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The `envoy` section: a plugin needs its file (an absolute path) and
+    /// a valid override header; plugin settings need the plugin; each node
+    /// is listed once.
+    fn validate_envoy(&self) -> Result<(), ModelError> {
+        let e = &self.envoy;
+        let mut ids = HashSet::new();
+        for (i, n) in e.nodes.iter().enumerate() {
+            if n.id.is_empty() {
+                return Err(ModelError::invalid(
+                    format!("envoy.nodes[{i}].id"),
+                    "",
+                    "must be non-empty",
+                ));
+            }
+            if !ids.insert(n.id.as_str()) {
+                return Err(ModelError::invalid(
+                    format!("envoy.nodes[{i}].id"),
+                    &n.id,
+                    "is listed twice",
+                ));
+            }
+        }
+        match (e.uses_plugin(), &e.plugin) {
+            (false, Some(_)) => Err(ModelError::invalid(
+                "envoy.plugin",
+                "native",
+                "is only used with envoy.sessionFilter: plugin (envoy.sessionFilter is native)",
+            )),
+            (false, None) => Ok(()),
+            (true, plugin) => {
+                let plugin = plugin.clone().unwrap_or_default();
+                match plugin.filename.as_deref() {
+                    None => {
+                        return Err(ModelError::invalid(
+                            "envoy.plugin.filename",
+                            "",
+                            "is required with envoy.sessionFilter: plugin (or tether-control --plugin FILE)",
+                        ))
+                    }
+                    Some(f) if !std::path::Path::new(f).is_absolute() => {
+                        return Err(ModelError::invalid(
+                            "envoy.plugin.filename",
+                            f,
+                            "must be an absolute path (Envoy opens it from its own working directory)",
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                if let Some(h) = &plugin.override_header {
+                    if !tether_core::http::syntax::is_token(h) {
+                        return Err(ModelError::invalid(
+                            "envoy.plugin.overrideHeader",
+                            h,
+                            "is not a valid header name",
+                        ));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A service's `keepalive`: only with `h2c`, and durations Envoy takes.
+fn keepalive(s: &ServiceSpec, k: &KeepaliveSpec, at: &str) -> Result<(), ModelError> {
+    if s.protocol != Protocol::H2c {
+        return Err(ModelError::invalid(
+            format!("{at}.keepalive"),
+            &s.name,
+            "needs protocol: h2c (HTTP/2 PINGs keep the connection alive)",
+        ));
+    }
+    for (field, d) in [("interval", k.interval), ("timeout", k.timeout)] {
+        if d.0 < Duration::from_millis(1) {
+            return Err(ModelError::invalid(
+                format!("{at}.keepalive.{field}"),
+                format!("{}s", d.0.as_secs_f64()),
+                "must be at least 1ms (Envoy's bound)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A service's endpoints (weights, addresses each once in the service,
+/// localities, priorities contiguous from 0) and its locality weights.
+fn endpoints(s: &ServiceSpec, at: &str) -> Result<(), ModelError> {
+    let mut addresses = HashSet::new();
+    let mut priorities = std::collections::BTreeSet::new();
+    for (j, e) in s.endpoints.iter().enumerate() {
+        let eat = format!("{at}.endpoints[{j}]");
+        if e.weight == 0 {
+            return Err(ModelError::invalid(
+                format!("{eat}.weight"),
+                0,
+                "must be greater than 0",
+            ));
+        }
+        for a in std::iter::once(&e.address).chain(&e.additional_addresses) {
+            if !addresses.insert(*a) {
+                return Err(ModelError::invalid(
+                    format!("{eat}.address"),
+                    a.to_string(),
+                    "is listed twice in this service",
+                ));
+            }
+        }
+        if e.locality.split('/').count() > 3 {
+            return Err(ModelError::invalid(
+                format!("{eat}.locality"),
+                &e.locality,
+                "has more than region/zone/subzone",
+            ));
+        }
+        priorities.insert(e.priority);
+    }
+    if let Some(max) = priorities.iter().next_back() {
+        if *max as usize + 1 != priorities.len() {
+            return Err(ModelError::invalid(
+                format!("{at}.endpoints"),
+                priorities.iter().collect::<Vec<_>>(),
+                "priorities must be contiguous from 0",
+            ));
+        }
+    }
+    for (k, w) in &s.locality_weights {
+        if *w == 0 {
+            return Err(ModelError::invalid(
+                format!("{at}.localityWeights.{k}"),
+                0,
+                "must be greater than 0",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A route's `services`: at least one, each defined in `services`, and
+/// some weight above 0.
+fn route_services(r: &RouteSpec, rat: &str, services: &HashSet<&str>) -> Result<(), ModelError> {
+    if r.services.is_empty() {
+        return Err(ModelError::invalid(
+            format!("{rat}.services"),
+            "[]",
+            "must name at least one service",
+        ));
+    }
+    for (k, s) in r.services.iter().enumerate() {
+        if !services.contains(s.name.as_str()) {
+            return Err(ModelError::invalid(
+                format!("{rat}.services[{k}].name"),
+                &s.name,
+                "is not a service defined in services",
+            ));
+        }
+        if s.weight == 0 && r.services.len() == 1 {
+            return Err(ModelError::invalid(
+                format!("{rat}.services[{k}].weight"),
+                0,
+                "must be greater than 0",
+            ));
+        }
+    }
+    if r.services.iter().all(|s| s.weight == 0) {
+        return Err(ModelError::invalid(
+            format!("{rat}.services"),
+            "all weights 0",
+            "need a weight above 0",
+        ));
+    }
+    Ok(())
+}
+
+/// `requestHashPolicies`: given with `RequestHash` and only with it, each
+/// entry with one source and a valid header name.
+fn request_hash_policies(p: &LoadBalancerPolicy, pat: &str) -> Result<(), ModelError> {
+    match p.strategy {
+        Strategy::RequestHash if p.request_hash_policies.is_empty() => {
+            return Err(ModelError::invalid(
+                format!("{pat}.requestHashPolicies"),
+                "[]",
+                "must not be empty with strategy RequestHash",
+            ))
+        }
+        Strategy::RequestHash => {}
+        _ if !p.request_hash_policies.is_empty() => {
+            return Err(ModelError::invalid(
+                format!("{pat}.requestHashPolicies"),
+                p.strategy.as_str(),
+                "are only used with strategy RequestHash",
+            ))
+        }
+        _ => {}
+    }
+    for (k, h) in p.request_hash_policies.iter().enumerate() {
+        let set = usize::from(h.header_hash_options.is_some())
+            + usize::from(h.query_parameter_hash_options.is_some())
+            + usize::from(h.hash_source_ip);
+        if set != 1 {
+            return Err(ModelError::invalid(
+                    format!("{pat}.requestHashPolicies[{k}]"),
+                    set,
+                    "sources set; exactly one of headerHashOptions, queryParameterHashOptions, hashSourceIP is needed",
+                ));
+        }
+        if let Some(hh) = &h.header_hash_options {
+            if !tether_core::http::syntax::is_token(&hh.header_name) {
+                return Err(ModelError::invalid(
+                    format!("{pat}.requestHashPolicies[{k}].headerHashOptions.headerName"),
+                    &hh.header_name,
+                    "is not a valid header name",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One entry of a route's `conditions`: exactly one of prefix, path and
+/// header, paths from '/', and a header with a valid name and one test.
+fn condition(c: &Condition, at: &str) -> Result<(), ModelError> {
+    let set = usize::from(c.prefix.is_some())
+        + usize::from(c.path.is_some())
+        + usize::from(c.header.is_some());
+    if set != 1 {
+        return Err(ModelError::invalid(
+            at,
+            set,
+            "conditions set; each entry needs exactly one of prefix, path, header",
+        ));
+    }
+    for (field, v) in [("prefix", &c.prefix), ("path", &c.path)] {
+        if let Some(p) = v {
+            if !p.starts_with('/') {
+                return Err(ModelError::invalid(
+                    format!("{at}.{field}"),
+                    p,
+                    "must start with '/'",
+                ));
+            }
+        }
+    }
+    if let Some(h) = &c.header {
+        if !tether_core::http::syntax::is_token(&h.name) {
+            return Err(ModelError::invalid(
+                format!("{at}.header.name"),
+                &h.name,
+                "is not a valid header name",
+            ));
+        }
+        let tests = usize::from(h.exact.is_some())
+            + usize::from(h.not_exact.is_some())
+            + usize::from(h.contains.is_some())
+            + usize::from(h.not_contains.is_some())
+            + usize::from(h.present.is_some())
+            + usize::from(h.not_present.is_some());
+        if tests != 1 {
+            return Err(ModelError::invalid(
+                format!("{at}.header"),
+                tests,
+                "tests set; exactly one of exact, notexact, contains, notcontains, present, notpresent is needed",
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl OutlierDetectionSpec {
+    /// Percentages above 100, named by their path under `at`.
+    fn validate(&self, at: &str) -> Result<(), ModelError> {
+        let mut checks = vec![("maxEjectionPercent", self.max_ejection_percent)];
+        if let Some(s) = &self.success_rate {
+            checks.push((
+                "successRate.enforcementPercentage",
+                s.enforcement_percentage,
+            ));
+        }
+        if let Some(f) = &self.failure_percentage {
+            checks.push(("failurePercentage.threshold", f.threshold));
+            checks.push((
+                "failurePercentage.enforcementPercentage",
+                f.enforcement_percentage,
+            ));
+        }
+        for (field, value) in checks {
+            if let Some(v) = value.filter(|v| *v > 100) {
+                return Err(ModelError::invalid(
+                    format!("{at}.outlierDetection.{field}"),
+                    v.to_string(),
+                    "must be at most 100",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl SanMatcherSpec {
+    /// The matcher at `at`: exactly one test, `ignoreCase` not with
+    /// `regex`, and valid values.
+    fn validate(&self, at: &str) -> Result<(), ModelError> {
+        let set: Vec<&str> = [
+            ("exact", &self.exact),
+            ("prefix", &self.prefix),
+            ("suffix", &self.suffix),
+            ("contains", &self.contains),
+            ("regex", &self.regex),
+        ]
+        .iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|(k, _)| *k)
+        .collect();
+        if set.len() != 1 {
+            return Err(ModelError::invalid(
+                at,
+                set.join(", "),
+                "needs exactly one of exact, prefix, suffix, contains, regex",
+            ));
+        }
+        if self.regex.is_some() && self.ignore_case {
+            return Err(ModelError::invalid(
+                format!("{at}.ignoreCase"),
+                true,
+                "cannot be combined with regex",
+            ));
+        }
+        self.validate_values(at)
+    }
+
+    /// The matcher's value: not empty (it would match every SAN, and
+    /// Envoy's proto validation refuses it), a regex valid on its own.
+    fn validate_values(&self, at: &str) -> Result<(), ModelError> {
+        for (field, value) in [
+            ("exact", &self.exact),
+            ("prefix", &self.prefix),
+            ("suffix", &self.suffix),
+            ("contains", &self.contains),
+            ("regex", &self.regex),
+        ] {
+            match value {
+                Some(v) if v.is_empty() => {
+                    return Err(ModelError::invalid(
+                        format!("{at}.{field}"),
+                        v,
+                        "is empty (it would match every SAN)",
+                    ))
+                }
+                Some(v) if field == "regex" => {
+                    if let Err(e) = tether_xds::resource::route::full_match(v) {
+                        return Err(ModelError::invalid(
+                            format!("{at}.regex"),
+                            v,
+                            format!("is not a valid regex: {e}"),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl EnvoyTlsFiles {
+    /// `tls.envoy` (at `at`): the roots' file, and the client certificate
+    /// and key together or not at all.
+    fn validate(&self, at: &str) -> Result<(), ModelError> {
+        if self.ca_file.is_empty() {
+            return Err(ModelError::invalid(
+                format!("{at}.caFile"),
+                "",
+                "must name the roots' file on the Envoy hosts",
+            ));
+        }
+        let (missing, with) = match (&self.certificate_file, &self.private_key_file) {
+            (Some(_), None) => ("privateKeyFile", "certificateFile"),
+            (None, Some(_)) => ("certificateFile", "privateKeyFile"),
+            _ => ("", ""),
+        };
+        if !missing.is_empty() {
+            return Err(ModelError::invalid(
+                format!("{at}.{missing}"),
+                "",
+                format!(
+                    "must be set with {with} (or neither, for TLS without a client certificate)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl WeightedRoundRobinSpec {
+    /// A penalty that is negative, NaN or too large for the proto's float
+    /// (gRPC NACKs a negative one).
+    fn validate(&self, at: &str) -> Result<(), ModelError> {
+        if let Some(p) = self.error_utilization_penalty {
+            if !(p >= 0.0 && (p as f32).is_finite()) {
+                return Err(ModelError::invalid(
+                    format!("{at}.errorUtilizationPenalty"),
+                    p,
+                    "must be a finite number of at least 0",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The settings as the YAML names and writes them, in the file's order,
+/// to say which one two routes disagree on.
+fn wrr_fields(s: &WrrSettings) -> [(&'static str, String); 6] {
+    let d = |d: Duration| tether_core::duration::display(d).to_string();
+    [
+        ("enableOobLoadReport", s.enable_oob_load_report.to_string()),
+        ("oobReportingPeriod", d(s.oob_reporting_period)),
+        ("blackoutPeriod", d(s.blackout_period)),
+        ("weightExpirationPeriod", d(s.weight_expiration_period)),
+        ("weightUpdatePeriod", d(s.weight_update_period)),
+        (
+            "errorUtilizationPenalty",
+            s.error_utilization_penalty.to_string(),
+        ),
+    ]
+}
+
+impl CustomPolicySpec {
+    /// A policy name of the characters gRPC allows in one, and a map.
+    fn validate(&self, at: &str) -> Result<(), ModelError> {
+        if !tether_xds::lb_config::registry::is_valid_name(&self.policy) {
+            return Err(ModelError::invalid(
+                format!("{at}.policy"),
+                &self.policy,
+                "must be a non-empty name of letters, digits, '_', '.' and '-' (as gRPC's policy names are)",
+            ));
+        }
+        if !self.config.is_object() {
+            return Err(ModelError::invalid(
+                format!("{at}.config"),
+                Raw(self.config.to_string()),
+                "must be a map",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A value shown as it is, unquoted, in an error.
+struct Raw(String);
+
+impl fmt::Debug for Raw {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each check on small files through [`Config::parse`], with the
+    //! exact message (and line and column, when the field is written).
+
+    use crate::model::Config;
+
+    fn err(yaml: &str) -> String {
+        Config::parse(yaml).unwrap_err().to_string()
+    }
+
+    /// A service `api` whose `tls` is `tls` (lines indented by six).
+    fn tls(tls: &str) -> String {
+        format!(
+            "services:\n  - name: api\n    tls:\n{tls}    endpoints:\n      - address: 127.0.0.1:9001\n"
+        )
+    }
+
+    #[test]
+    fn a_route_names_an_unknown_service() {
+        let yaml = r#"virtualhosts:
+  - name: shop
+    routes:
+      - services:
+          - name: apx
+services:
+  - name: api
+    endpoints:
+      - address: 127.0.0.1:9001
+"#;
+        assert_eq!(
+            err(yaml),
+            "virtualhosts[0].routes[0].services[0].name: \"apx\" is not a service defined in \
+             services at line 5 column 19"
+        );
+    }
+
+    #[test]
+    fn an_address_is_listed_once_per_service() {
+        let yaml = r#"services:
+  - name: api
+    endpoints:
+      - address: 127.0.0.1:9001
+      - address: 127.0.0.1:9001
+"#;
+        assert_eq!(
+            err(yaml),
+            "services[0].endpoints[1].address: \"127.0.0.1:9001\" is listed twice in this \
+             service at line 5 column 18"
+        );
+        // An additional address counts too; the error names the endpoint's
+        // `address`, where the line points.
+        let yaml = r#"services:
+  - name: api
+    endpoints:
+      - address: 127.0.0.1:9001
+      - address: 127.0.0.1:9002
+        additionalAddresses: [127.0.0.1:9001]
+"#;
+        assert_eq!(
+            err(yaml),
+            "services[0].endpoints[1].address: \"127.0.0.1:9001\" is listed twice in this \
+             service at line 5 column 18"
+        );
+    }
+
+    #[test]
+    fn a_locality_has_at_most_three_parts() {
+        let yaml = r#"services:
+  - name: api
+    endpoints:
+      - address: 127.0.0.1:9001
+        locality: us/east/a/b
+"#;
+        assert_eq!(
+            err(yaml),
+            "services[0].endpoints[0].locality: \"us/east/a/b\" has more than \
+             region/zone/subzone at line 5 column 19"
+        );
+    }
+
+    #[test]
+    fn priorities_are_contiguous_from_zero() {
+        let yaml = r#"services:
+  - name: api
+    endpoints:
+      - address: 127.0.0.1:9001
+      - address: 127.0.0.1:9002
+        priority: 2
+"#;
+        assert_eq!(
+            err(yaml),
+            "services[0].endpoints: [0, 2] priorities must be contiguous from 0 at line 4 column 7"
+        );
+    }
+
+    #[test]
+    fn an_empty_san_matcher_is_refused() {
+        let yaml = tls("      caInstance: roots\n      subjectAltNames:\n        - prefix: \"\"\n");
+        assert_eq!(
+            err(&yaml),
+            "services[0].tls.subjectAltNames[0].prefix: \"\" is empty (it would match every \
+             SAN) at line 6 column 19"
+        );
+    }
+
+    #[test]
+    fn a_san_regex_must_compile() {
+        let yaml =
+            tls("      caInstance: roots\n      subjectAltNames:\n        - regex: \"x)|(.*\"\n");
+        assert_eq!(
+            err(&yaml),
+            "services[0].tls.subjectAltNames[0].regex: \"x)|(.*\" is not a valid regex: \
+             found closing ')' without matching '(' at line 6 column 18"
+        );
+    }
+
+    #[test]
+    fn a_san_matcher_has_one_test_and_no_ignore_case_with_regex() {
+        let yaml = tls(
+            "      caInstance: roots\n      subjectAltNames:\n        - { exact: a, suffix: b }\n",
+        );
+        assert_eq!(
+            err(&yaml),
+            "services[0].tls.subjectAltNames[0]: \"exact, suffix\" needs exactly one of exact, \
+             prefix, suffix, contains, regex at line 6 column 11"
+        );
+        let yaml = tls(
+            "      caInstance: roots\n      subjectAltNames:\n        - { regex: a, ignoreCase: true }\n",
+        );
+        assert_eq!(
+            err(&yaml),
+            "services[0].tls.subjectAltNames[0].ignoreCase: true cannot be combined with regex \
+             at line 6 column 35"
+        );
+    }
+
+    #[test]
+    fn system_roots_need_san_matchers() {
+        // `subjectAltNames` is not written: no line to name.
+        assert_eq!(
+            err(&tls("      systemRootCerts: true\n")),
+            "services[0].tls.subjectAltNames: \"api\" must name the servers' SANs with \
+             systemRootCerts: true (without them any certificate from any publicly trusted CA \
+             is accepted)"
+        );
+        assert_eq!(
+            err(&tls(
+                "      caInstance: roots\n      systemRootCerts: true\n"
+            )),
+            "services[0].tls.systemRootCerts: \"true\" cannot be set with caInstance (the roots \
+             come from one or the other) at line 5 column 24"
+        );
+        assert_eq!(
+            err(&tls("      identityInstance: id\n")),
+            "services[0].tls.caInstance: \"\" must name a certificate provider instance of the \
+             clients' bootstrap (or set systemRootCerts: true)"
+        );
+    }
+
+    #[test]
+    fn a_file_serving_envoy_gives_a_tls_service_tls_envoy() {
+        let listener = "listener:\n  port: 10000\n";
+        let exact = "      caInstance: roots\n      subjectAltNames: [ { exact: api.test } ]\n";
+        assert_eq!(
+            err(&format!("{listener}{}", tls(exact))),
+            "services[0].tls.envoy: \"api\" is missing: Envoy would speak plaintext to a service \
+             whose proxyless clients use TLS (give tls.envoy the files on the Envoy hosts, or \
+             set envoyPlaintext: true if plaintext from Envoy is meant)"
+        );
+        // Without a listener there is no Envoy to speak plaintext.
+        assert!(Config::parse(&tls(exact)).is_ok());
+        assert!(Config::parse(&format!(
+            "{listener}{}",
+            tls(&format!("{exact}      envoyPlaintext: true\n"))
+        ))
+        .is_ok());
+    }
+
+    #[test]
+    fn envoy_plaintext_and_tls_envoy_exclude_each_other() {
+        let yaml = tls(
+            "      caInstance: roots\n      envoyPlaintext: true\n      envoy: { caFile: /ca.pem }\n",
+        );
+        assert_eq!(
+            err(&yaml),
+            "services[0].tls.envoyPlaintext: true cannot be set with tls.envoy (Envoy gets TLS \
+             from one or plaintext by the other) at line 5 column 23"
+        );
+        let yaml = tls(
+            "      caInstance: roots\n      envoy: { caFile: /ca.pem, certificateFile: /c.pem }\n",
+        );
+        assert_eq!(
+            err(&yaml),
+            "services[0].tls.envoy.privateKeyFile: \"\" must be set with certificateFile (or \
+             neither, for TLS without a client certificate)"
+        );
+    }
+
+    #[test]
+    fn keepalive_needs_h2c_and_at_least_a_millisecond() {
+        let yaml = r#"services:
+  - name: api
+    protocol: h2c
+    keepalive: { interval: 0.0005s, timeout: 1s }
+"#;
+        assert_eq!(
+            err(yaml),
+            "services[0].keepalive.interval: \"0.0005s\" must be at least 1ms (Envoy's bound) \
+             at line 4 column 28"
+        );
+        let yaml = r#"services:
+  - name: api
+    keepalive: { interval: 1s, timeout: 1s }
+"#;
+        assert_eq!(
+            err(yaml),
+            "services[0].keepalive: \"api\" needs protocol: h2c (HTTP/2 PINGs keep the \
+             connection alive) at line 3 column 16"
+        );
+    }
+
+    #[test]
+    fn outlier_detection_belongs_on_the_aggregated_services() {
+        let yaml = r#"services:
+  - name: all
+    aggregate: [api]
+    outlierDetection: { maxEjectionPercent: 50 }
+  - name: api
+    endpoints:
+      - address: 127.0.0.1:9001
+"#;
+        assert_eq!(
+            err(yaml),
+            "services[0].outlierDetection: \"all\" belongs on the services an aggregate service \
+             names (gRPC applies it per underlying cluster) at line 4 column 23"
+        );
+        let yaml = yaml
+            .replace(
+                "    aggregate: [api]\n",
+                "    endpoints: [{ address: 127.0.0.1:9000 }]\n",
+            )
+            .replace(
+                "maxEjectionPercent: 50",
+                "failurePercentage: { threshold: 101 }",
+            );
+        assert_eq!(
+            err(&yaml),
+            "services[0].outlierDetection.failurePercentage.threshold: \"101\" must be at most \
+             100 at line 4 column 57"
+        );
+    }
+
+    #[test]
+    fn services_are_checked_before_aggregates_envoy_and_virtual_hosts() {
+        // Every section below is wrong; the services' error comes first,
+        // then the aggregate graph's, then the envoy section's.
+        let yaml = r#"envoy:
+  nodes: [{ id: "" }]
+virtualhosts:
+  - name: shop
+    routes:
+      - services: [{ name: nowhere }]
+services:
+  - name: all
+    aggregate: [missing]
+  - name: api
+    endpoints:
+      - address: 127.0.0.1:9001
+        weight: 0
+"#;
+        assert_eq!(
+            err(yaml),
+            "services[1].endpoints[0].weight: 0 must be greater than 0 at line 13 column 17"
+        );
+        let yaml = yaml.replace("        weight: 0\n", "");
+        assert_eq!(
+            err(&yaml),
+            "services[0].aggregate[0]: \"missing\" is not a service defined in services at line 9 \
+             column 17"
+        );
+        let yaml = yaml.replace("[missing]", "[api]");
+        assert_eq!(
+            err(&yaml),
+            "envoy.nodes[0].id: \"\" must be non-empty at line 2 column 17"
+        );
+        let yaml = yaml.replace("id: \"\"", "id: edge");
+        assert_eq!(
+            err(&yaml),
+            "virtualhosts[0].routes[0].services[0].name: \"nowhere\" is not a service defined in \
+             services at line 6 column 28"
+        );
+    }
+
+    #[test]
+    fn a_route_checks_services_then_its_policy() {
+        // Both the weights and the policy are wrong: the weights first.
+        let yaml = r#"virtualhosts:
+  - name: shop
+    routes:
+      - services: [{ name: api, weight: 0 }]
+        loadBalancerPolicy: { strategy: RoundRobin, choiceCount: 3 }
+services:
+  - name: api
+    endpoints: [{ address: 127.0.0.1:9001 }]
+"#;
+        assert_eq!(
+            err(yaml),
+            "virtualhosts[0].routes[0].services[0].weight: 0 must be greater than 0 at line 4 \
+             column 41"
+        );
+        let yaml = yaml.replace(", weight: 0", "");
+        assert_eq!(
+            err(&yaml),
+            "virtualhosts[0].routes[0].loadBalancerPolicy.choiceCount: \"RoundRobin\" is only \
+             used with strategy WeightedLeastRequest at line 5 column 66"
+        );
+    }
+
+    #[test]
+    fn a_condition_sets_exactly_one_test() {
+        let yaml = r#"virtualhosts:
+  - name: shop
+    routes:
+      - conditions: [{ prefix: /a, path: /b }]
+        services: [{ name: api }]
+services:
+  - name: api
+    endpoints: [{ address: 127.0.0.1:9001 }]
+"#;
+        assert_eq!(
+            err(yaml),
+            "virtualhosts[0].routes[0].conditions[0]: 2 conditions set; each entry needs exactly \
+             one of prefix, path, header at line 4 column 22"
+        );
+        let yaml = yaml.replace("{ prefix: /a, path: /b }", "{ prefix: a }");
+        assert_eq!(
+            err(&yaml),
+            "virtualhosts[0].routes[0].conditions[0].prefix: \"a\" must start with '/' at line 4 \
+             column 32"
+        );
+    }
+}
