@@ -38,7 +38,7 @@ for lib in tether-xds tether-control; do
 done
 
 step "no module cycles (sibling modules that use each other)"
-python3 scripts/module-cycles.py core/src native/xds/src
+python3 scripts/module-cycles.py core/src native/xds/src native/channel/src
 
 step "tether-core builds without std (no_std cdylib with its own panic handler), with and without regex"
 cargo build --quiet -p tether-no-std-check --target wasm32-unknown-unknown --release

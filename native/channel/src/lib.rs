@@ -3,8 +3,8 @@
 //!
 //! Modules along the data path of a call: [`session`] (the cookie jar a
 //! client wraps the channel in), [`channel`] (the tonic-compatible Service,
-//! the xDS resolver, the config selector that routes a call), [`fault`]
-//! (the fault injection filter a routed call passes), [`lb`] (the
+//! the xDS resolver, the config selector that routes a call, the fault
+//! injection filter a routed call passes, retries), [`lb`] (the
 //! load-balancing tree, one module per policy), [`subchannel`] (HTTP/2
 //! connections with their connectivity state and backoff). Beside them,
 //! [`orca`] carries backends' load reports (gRFC A51).
@@ -18,7 +18,6 @@
 
 pub mod channel;
 pub mod credentials;
-pub mod fault;
 pub mod lb;
 pub mod orca;
 pub mod session;
@@ -31,4 +30,7 @@ pub use tether_xds as xds;
 /// the process: add [`csds::service()`] to a tonic server.
 pub use tether_xds::csds;
 
+/// The fault injection filter (gRFC A33), now beside the call path in
+/// [`channel`]; kept at this path.
+pub use channel::fault;
 pub use channel::Channel;

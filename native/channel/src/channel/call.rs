@@ -17,6 +17,7 @@ use tonic::body::Body;
 use tonic::Status;
 
 use super::config_selector::SessionCall;
+use super::deadline::sleep_within;
 use super::replay::Replay;
 use super::retry::{self, Backoff, Pushback, RetryPolicy};
 use super::work_serializer::{Routing, Shared, Snapshot};
@@ -79,29 +80,6 @@ pub(crate) async fn call(
     }
     response.extensions_mut().insert(Attempts(attempts));
     Ok(response)
-}
-
-/// Waits `delay` (a retry's backoff, an injected fault), failing the call
-/// with DEADLINE_EXCEEDED ("deadline exceeded {what}") if its deadline
-/// comes first.
-pub(crate) async fn sleep_within(
-    delay: Duration,
-    deadline: Option<Instant>,
-    what: &str,
-) -> Result<(), Status> {
-    let until = Instant::now() + delay;
-    match deadline {
-        Some(d) if d <= until => {
-            tokio::time::sleep_until(d).await;
-            Err(Status::deadline_exceeded(format!(
-                "deadline exceeded {what}"
-            )))
-        }
-        _ => {
-            tokio::time::sleep_until(until).await;
-            Ok(())
-        }
-    }
 }
 
 /// Waits a retry's backoff within the call's deadline.
@@ -203,7 +181,7 @@ async fn run(
     // Fault injection (A33) runs once the route is known, before any pick.
     if let Some(faults) = &call_config.faults {
         routed_by = None;
-        Box::pin(crate::fault::inject(faults, request.headers(), deadline)).await?;
+        Box::pin(super::fault::inject(faults, request.headers(), deadline)).await?;
     }
     let attributes = CallAttributes {
         cluster: call_config.cluster.name.clone(),

@@ -24,6 +24,8 @@ pub mod call;
 pub mod config;
 pub mod config_selector;
 mod cookie_notes;
+mod deadline;
+pub mod fault;
 mod replay;
 mod resolver;
 pub mod retry;

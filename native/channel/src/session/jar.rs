@@ -40,7 +40,6 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
 
 use arc_swap::cache::Cache;
 use arc_swap::ArcSwapOption;
@@ -49,10 +48,6 @@ use cookie::{Cookie, ParseError};
 use http::header::{Entry, HeaderMap, HeaderValue, COOKIE, SET_COOKIE};
 use tether_core::http::cookie_header;
 use tether_core::http::path::path_matches;
-use tower_layer::Layer;
-use tower_service::Service;
-
-use super::future::ResponseFuture;
 
 /// Why a `Set-Cookie` value was not stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -262,7 +257,7 @@ pub struct CookieJar {
 
 /// Identifies one session (one [`CookieJar`] and its clones) to the
 /// channel, which counts the sessions on each endpoint for drain
-/// readiness. [`CookieJarService`] puts it in every request's extensions;
+/// readiness. [`CookieJarService`](super::CookieJarService) puts it in every request's extensions;
 /// a caller with its own jar can do the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SessionId(pub u64);
@@ -504,7 +499,7 @@ impl CookieJar {
 }
 
 /// A [`CookieJar`] with its reader of the kept header: what applies the
-/// jar to a call, in a [`CookieJarService`] or inside a channel handle
+/// jar to a call, in a [`CookieJarService`](super::CookieJarService) or inside a channel handle
 /// ([`crate::Channel::with_cookie_jar`]).
 #[derive(Clone)]
 pub(crate) struct JarHandle {
@@ -516,6 +511,11 @@ impl JarHandle {
     pub(crate) fn new(jar: CookieJar) -> Self {
         let header = HeaderReader::new(jar.header.clone());
         JarHandle { jar, header }
+    }
+
+    /// The jar.
+    pub(crate) fn jar(&self) -> &CookieJar {
+        &self.jar
     }
 
     /// Adds the jar's cookies to `request`; the call, whose answer goes to
@@ -558,101 +558,15 @@ impl JarCall {
     }
 }
 
-/// A tower [`Layer`] that wraps a service (a [`crate::Channel`], a
-/// `tonic::transport::Channel`, ...) in a [`CookieJarService`] sharing
-/// one [`CookieJar`].
-#[derive(Debug, Clone, Default)]
-pub struct CookieJarLayer {
-    jar: CookieJar,
-}
-
-impl CookieJarLayer {
-    /// A layer whose services use `jar` (clone it first to keep a handle).
-    pub fn new(jar: CookieJar) -> Self {
-        CookieJarLayer { jar }
-    }
-}
-
-impl<S> Layer<S> for CookieJarLayer {
-    type Service = CookieJarService<S>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        CookieJarService::new(inner, self.jar.clone())
-    }
-}
-
-/// A service that sends the jar's cookies with each request and stores the
-/// cookies each response sets. Its errors are the inner service's.
-#[derive(Clone)]
-pub struct CookieJarService<S> {
-    inner: S,
-    jar: JarHandle,
-}
-
-impl<S: fmt::Debug> fmt::Debug for CookieJarService<S> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CookieJarService")
-            .field("inner", &self.inner)
-            .field("jar", &self.jar.jar)
-            .finish()
-    }
-}
-
-impl<S> CookieJarService<S> {
-    /// Wraps `inner` with `jar`.
-    pub fn new(inner: S, jar: CookieJar) -> Self {
-        CookieJarService {
-            inner,
-            jar: JarHandle::new(jar),
-        }
-    }
-
-    /// The jar.
-    pub fn jar(&self) -> &CookieJar {
-        &self.jar.jar
-    }
-
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
-}
-
-impl<S, B, RB> Service<http::Request<B>> for CookieJarService<S>
-where
-    S: Service<http::Request<B>, Response = http::Response<RB>>,
-{
-    type Response = http::Response<RB>;
-    type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        let call = self.jar.apply(&mut request);
-        request.extensions_mut().insert(call.session_id());
-        ResponseFuture::new(self.inner.call(request), call)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::{CookieJarLayer, CookieJarService, Layer};
     use cookie::time::Duration;
     use std::convert::Infallible;
     use std::future::{ready, Ready};
+    use std::task::{Context, Poll};
+    use tower_service::Service;
 
     fn t0() -> OffsetDateTime {
         // A fixed instant: 2023-11-14T22:13:20Z.

@@ -12,8 +12,8 @@ use http::HeaderMap;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
-use crate::channel::call::sleep_within;
-use crate::channel::config_selector::header_value;
+use super::config_selector::header_value;
+use super::deadline::sleep_within;
 use crate::lb::random;
 use crate::xds::resource::fault::{
     code_of_number, AbortSource, DelaySource, FaultConfig, Fraction, ABORT_GRPC_STATUS_HEADER,
