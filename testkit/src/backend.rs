@@ -70,6 +70,22 @@ impl<P> Backend<P> {
         self.hits.load(Ordering::SeqCst)
     }
 
+    /// Waits until it has served `n` requests in all; panics after
+    /// `within`. A gRPC call counts as soon as its handler starts, so a
+    /// slow call (a `sleep:MS` message) is in flight once counted.
+    pub async fn until_hits(&self, n: u64, within: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.hits() < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{}: {} of {n} requests after {within:?}",
+                self.name,
+                self.hits()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
     /// Stops serving and returns once it has: the task that owns the
     /// listener (for HTTP, and every open connection) is aborted and gone,
     /// so the port refuses connections when this returns.

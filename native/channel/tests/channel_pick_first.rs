@@ -57,7 +57,12 @@ async fn a_closed_connection_waits_idle_for_the_next_call() {
     .await
     .unwrap_or_else(|_| panic!("not IDLE after the close: {:?}", channel.state()));
 
-    // Nobody calls: nothing connects.
+    // Nobody calls: nothing connects. A bounded observation window, kept:
+    // a reconnect without a call would come from the LB policy (on the
+    // IDLE event, or a timer on the LB timer thread, which paused tokio
+    // time does not reach), and nothing announces that it did not happen.
+    // 1 s is gRPC's initial reconnect backoff; the call below is the
+    // positive control: a connection attempt shows in `attempts` at once.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(channel.state(), ConnectivityState::Idle);
     assert_eq!(attempts(&channel).await, 1, "reconnected without a call");

@@ -477,7 +477,7 @@ async fn readiness_until(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_of_200_sessions_loses_no_call() {
     use std::collections::HashMap;
-    use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
     use std::sync::Arc;
 
     const SESSIONS: usize = 200;
@@ -520,23 +520,48 @@ async fn a_drain_of_200_sessions_loses_no_call() {
     // phase 0: all healthy; 1: target DRAINING; 2: target removed.
     let phase = Arc::new(AtomicU8::new(0));
     let stop = Arc::new(AtomicBool::new(false));
+    // Calls each session has completed so far.
+    let made: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..SESSIONS).map(|_| AtomicUsize::new(0)).collect());
     let mut tasks = Vec::new();
-    for (mut s, first) in sessions {
-        let (phase, stop) = (phase.clone(), stop.clone());
+    for (i, (mut s, first)) in sessions.into_iter().enumerate() {
+        let (phase, stop, made) = (phase.clone(), stop.clone(), made.clone());
         tasks.push(tokio::spawn(async move {
             let mut log = Vec::new();
             while !stop.load(Ordering::Relaxed) && log.len() < MAX_CALLS {
                 let p = phase.load(Ordering::Relaxed);
                 let (backend, set) = s.call().await;
                 log.push((p, backend, set));
+                made[i].fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             (first, s.jar, log)
         }));
     }
+    // Waits (bounded) until every session has completed two more calls
+    // than it had when `since` was taken: one of them started after.
+    let count = || -> Vec<usize> { made.iter().map(|n| n.load(Ordering::SeqCst)).collect() };
+    let two_more = |since: Vec<usize>, what: &'static str| {
+        let made = made.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while made
+                .iter()
+                .zip(&since)
+                .any(|(n, s)| n.load(Ordering::SeqCst) < s + 2)
+            {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{what}: not every session made two calls"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
 
+    // The sessions are calling before anything changes.
+    two_more(count(), "all healthy").await;
     // DRAINING: the readiness list shows it with exactly its sessions.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     f.set_resources(EDS, vec![draining(&bs, &target)]);
     f.push(EDS);
     phase.store(1, Ordering::Relaxed);
@@ -547,12 +572,15 @@ async fn a_drain_of_200_sessions_loses_no_call() {
         })
     })
     .await;
+    // The channel has published the update: calls started from here see it.
+    let draining = count();
     // New sessions avoid it.
     for _ in 0..30 {
         let (backend, _) = DrainSession::new(&ch, false).call().await;
         assert_ne!(backend.unwrap(), target, "a new session landed on DRAINING");
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every session has called while its endpoint was DRAINING.
+    two_more(draining, "target DRAINING").await;
 
     // Removed: its sessions move; it leaves the readiness list.
     let rest: Vec<_> = bs
@@ -564,7 +592,8 @@ async fn a_drain_of_200_sessions_loses_no_call() {
     f.push(EDS);
     phase.store(2, Ordering::Relaxed);
     readiness_until(&ch, target_addr, "target removed", |r| r.is_none()).await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Every session has called since the channel published the removal.
+    two_more(count(), "target removed").await;
     stop.store(true, Ordering::Relaxed);
 
     let mut moved = 0;

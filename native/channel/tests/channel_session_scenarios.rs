@@ -558,12 +558,35 @@ fn spawn_calls(ch: &tether::Channel, cookie: &str, n: usize) -> Vec<PendingCall>
         .collect()
 }
 
+/// Calls in flight on the channel's subchannels.
+async fn in_flight(ch: &tether::Channel) -> u64 {
+    fn walk(p: &tether::lb::PolicyStats) -> u64 {
+        p.endpoints.iter().map(|e| e.calls_in_flight).sum::<u64>()
+            + p.children.iter().map(walk).sum::<u64>()
+    }
+    walk(&ch.stats().await.expect("stats").tree)
+}
+
 /// Checks the session calls are still queued while the channel serves
 /// others, opens the gate, and checks they all complete on `backend`
 /// with no new cookie.
-async fn held_then_released(calls: Vec<PendingCall>, gate: &Gate, backend: &GrpcBackend) {
-    // Long enough for a pick that went elsewhere, or failed, to finish.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+async fn held_then_released(
+    ch: &tether::Channel,
+    calls: Vec<PendingCall>,
+    gate: &Gate,
+    backend: &GrpcBackend,
+) {
+    // Until a pick that went elsewhere has finished (one that failed did at
+    // once). Stats are answered by the channel's LB task: by the time this
+    // task runs again, the session calls, woken by every picker published
+    // before, have picked again (one-thread runtime: woken tasks run in
+    // order), so the next looks count any call they sent.
+    in_flight(ch).await;
+    let deadline = Instant::now() + WAIT;
+    while in_flight(ch).await > 0 {
+        assert!(Instant::now() < deadline, "calls still in flight");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for c in &calls {
         assert!(
             !c.is_finished(),
@@ -600,7 +623,7 @@ async fn session_picks_queued_while_their_endpoint_connects_resume_there() {
     // the session calls could have been picked, had they not queued.
     spread_over(&ch, &["b1", "b3"]).await;
     gate.until_accepted().await;
-    held_then_released(calls, &gate, &bs[1]).await;
+    held_then_released(&ch, calls, &gate, &bs[1]).await;
 }
 
 #[tokio::test]
@@ -626,7 +649,7 @@ async fn a_session_on_an_endpoint_without_a_subchannel_has_one_made_and_waits_fo
     }
     // The session asked for the connection.
     gate.until_accepted().await;
-    held_then_released(calls, &gate, &bs[1]).await;
+    held_then_released(&ch, calls, &gate, &bs[1]).await;
     // Calls without a session still stay in priority 0.
     for _ in 0..10 {
         assert_eq!(echo_cookie(&ch, None).await.unwrap().0, "b1");

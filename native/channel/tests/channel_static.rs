@@ -128,7 +128,15 @@ async fn fail_fast_fails_and_wait_for_ready_waits() {
             client.echo(request).await.map(|r| r.into_inner().backend)
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A fail-fast twin spawned after it has failed: the tasks of this
+    // one-thread runtime start in the order spawned, so the wait_for_ready
+    // call met the same failing picker first, and would have failed too.
+    let twin = tokio::spawn({
+        let channel = channel.clone();
+        async move { echo(&channel, "x").await }
+    });
+    let err = twin.await.unwrap().unwrap_err();
+    assert_eq!(err.code(), tonic::Code::Unavailable, "{err:?}");
     assert!(
         !waiting.is_finished(),
         "the wait_for_ready call did not wait"

@@ -11,6 +11,8 @@ use std::time::Duration;
 use channel_support::*;
 use envoy_types::pb::envoy::config::core::v3::HealthStatus;
 use tether::lb::ConnectivityState;
+use tether::xds::client::ClientOptions;
+use tether::xds::{ResourceKind, ResourceState, XdsClient};
 use tether_testkit::grpc::GrpcBackend;
 use xds_support::{Fixture, Mode};
 
@@ -201,6 +203,7 @@ async fn circuit_breaking_drops_calls_above_max_requests() {
     );
     let ch = channel(&f);
     until_backend(&ch, "b").await;
+    let served = b.hits();
     let slow: Vec<_> = (0..2)
         .map(|_| {
             let ch = ch.clone();
@@ -208,11 +211,7 @@ async fn circuit_breaking_drops_calls_above_max_requests() {
         })
         .collect();
     // Both are in flight once the backend has counted them.
-    let served = b.hits();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while b.hits() < served + 2 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    b.until_hits(served + 2, Duration::from_secs(10)).await;
     let err = echo(&ch).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable);
     assert_eq!(err.message(), "circuit breaker drop");
@@ -316,13 +315,15 @@ async fn an_endpoint_removed_while_calls_run_lets_them_complete() {
     serve_one(&f, &[a.addr()]);
     let ch = channel(&f);
     until_backend(&ch, "a").await;
+    let served = a.hits();
     let running: Vec<_> = (0..5)
         .map(|_| {
             let ch = ch.clone();
             tokio::spawn(async move { echo_with(&ch, "sleep:500", &[]).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // All five are in flight once a has counted them.
+    a.until_hits(served + 5, Duration::from_secs(10)).await;
     // a is replaced by b while its five calls run.
     f.set_resources(EDS, vec![eds("c", vec![Loc::of(&[b.addr()])], &[])]);
     f.push(EDS);
@@ -378,11 +379,13 @@ async fn a_cluster_the_routes_drop_stays_while_calls_use_it() {
     );
     let ch = channel(&f);
     until_backend(&ch, "a").await;
+    let served = a.hits();
     let slow = tokio::spawn({
         let ch = ch.clone();
         async move { echo_with(&ch, "sleep:1500", &[]).await }
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // In flight on ca once a has counted it.
+    a.until_hits(served + 1, Duration::from_secs(10)).await;
     // The routes now name cb only.
     f.set_resources(RDS, vec![route_config(vec![route("/", "cb")])]);
     f.push(RDS);
@@ -453,11 +456,28 @@ async fn losing_the_control_plane_does_not_break_working_calls() {
     let b = GrpcBackend::start("b").await;
     let f = Fixture::start(Mode::Serve).await;
     serve_one(&f, &[b.addr()]);
-    let ch = channel(&f);
+    // The channel's own client, to see what it holds.
+    let client = XdsClient::for_target(
+        xds_support::bootstrap(f.addr, NODE),
+        ClientOptions::default(),
+        &format!("xds:///{TARGET}"),
+    )
+    .unwrap();
+    let ch = tether::Channel::builder()
+        .xds_client(client.clone())
+        .connect(&format!("xds:///{TARGET}"))
+        .unwrap();
     assert_eq!(echo(&ch).await.unwrap(), "b");
+    let mut listener = client.watch(ResourceKind::Listener, TARGET);
     // The server dies: an ambient error for cached resources.
     f.kill();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        listener.wait_for(ResourceState::is_ambient_error),
+    )
+    .await
+    .expect("the client never saw the server go")
+    .expect("the client stopped");
     assert_eq!(spread(&ch, 20).await.get("b"), Some(&20));
 }
 

@@ -1024,9 +1024,18 @@ async fn csds_reports_what_the_clients_hold_beside_c_core() {
             make::listener_with("bad.example", "routes", vec![("nope", unknown_filter)]),
         ],
     );
-    f.push(LDS);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = both().await;
+    // Every client has handled the push once it has answered it; what
+    // follows from it (a removal's unsubscriptions) settles at each
+    // side's pace, so the views are read again (bounded) until they agree.
+    f.until_answered(&f.push(LDS)).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        let views = both().await;
+        if views[0].0 == views[1].0 || Instant::now() > deadline {
+            break views;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     compare(&after);
     println!(
         "after the deletion: tether {:?}, C-core {:?}",
@@ -1204,8 +1213,28 @@ async fn data_errors_as_c_core_handles_them_with_and_without_a88() {
             })
             .collect()
     }
-    /// After the server's latest response: each variant's call and CSDS
-    /// view, the channel's and C-core's, equal.
+    /// One variant's call and CSDS view as tether and C-core give them.
+    struct Sides {
+        name: String,
+        mine: String,
+        theirs: String,
+        my_view: std::collections::BTreeMap<String, (String, bool)>,
+        their_view: std::collections::BTreeMap<String, (String, bool)>,
+        my_errors: std::collections::BTreeMap<String, (Value, Value)>,
+        their_errors: std::collections::BTreeMap<String, (Value, Value)>,
+    }
+    impl Sides {
+        fn agree(&self) -> bool {
+            self.mine == self.theirs
+                && self.my_view == self.their_view
+                && self.my_errors == self.their_errors
+        }
+    }
+    /// After the server's latest response (every client has handled it):
+    /// each variant's call and CSDS view, the channel's and C-core's,
+    /// equal. What follows from a response (a cluster dropped, a removal's
+    /// unsubscriptions) settles at each side's pace: both are read again
+    /// (bounded) until they agree, then compared.
     async fn stage(
         label: &str,
         ours: &[(&str, Channel, String)],
@@ -1213,30 +1242,66 @@ async fn data_errors_as_c_core_handles_them_with_and_without_a88() {
         csds_addr: &str,
         target: &str,
     ) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let (_, doc, _) = dump_csds(csds_addr).await;
-        for (i, (name, channel, _)) in ours.iter().enumerate() {
-            let mine = call(channel).await;
-            let peer_calls = theirs[i].call().await;
-            let (_, their_doc, _) = dump_csds(&theirs[i].csds).await;
-            let their_view = look(&their_doc, name);
-            let my_view = look(&doc, name);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let sides = loop {
+            let (_, doc, _) = dump_csds(csds_addr).await;
+            let mut sides = Vec::new();
+            for (i, (name, channel, _)) in ours.iter().enumerate() {
+                let mine = call(channel).await;
+                let peer_calls = theirs[i].call().await;
+                let (_, their_doc, _) = dump_csds(&theirs[i].csds).await;
+                sides.push(Sides {
+                    name: (*name).to_owned(),
+                    mine,
+                    theirs: peer_calls[target].as_str().unwrap().to_owned(),
+                    my_view: look(&doc, name),
+                    their_view: look(&their_doc, name),
+                    my_errors: reported(&doc, name),
+                    their_errors: reported(&their_doc, name),
+                });
+            }
+            if sides.iter().all(Sides::agree) || Instant::now() > deadline {
+                break sides;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        for s in sides {
+            let name = &s.name;
             println!(
-                "{label} / {name}: tether {mine} {my_view:?}\n{label} / {name}: C-core {} {their_view:?}",
-                peer_calls[target]
+                "{label} / {name}: tether {} {:?}\n{label} / {name}: C-core {} {:?}",
+                s.mine, s.my_view, s.theirs, s.their_view
             );
+            assert_eq!(s.mine, s.theirs, "{label} / {name}: calls");
+            assert_eq!(s.my_view, s.their_view, "{label} / {name}: CSDS");
             assert_eq!(
-                mine,
-                peer_calls[target].as_str().unwrap(),
-                "{label} / {name}: calls"
-            );
-            assert_eq!(my_view, their_view, "{label} / {name}: CSDS");
-            assert_eq!(
-                reported(&doc, name),
-                reported(&their_doc, name),
+                s.my_errors, s.their_errors,
                 "{label} / {name}: reported errors"
             );
         }
+    }
+    // Every client has read its whole chain (endpoints come last).
+    let clients = ours.len() + theirs.len();
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let acked: std::collections::HashSet<usize> = f
+            .requests()
+            .iter()
+            .filter(|r| {
+                r.request.type_url == EDS
+                    && !r.request.response_nonce.is_empty()
+                    && r.request.error_detail.is_none()
+            })
+            .map(|r| r.stream)
+            .collect();
+        if acked.len() >= clients {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {clients} clients read their endpoints",
+            acked.len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     stage("before", &ours, &mut theirs, &csds_addr, target).await;
     // A NACK of the cached cluster.
@@ -1249,10 +1314,10 @@ async fn data_errors_as_c_core_handles_them_with_and_without_a88() {
         },
     ));
     f.set_resources(CDS, vec![pack(&bad)]);
-    f.push(CDS);
+    f.until_answered(&f.push(CDS)).await;
     stage("cluster NACKed", &ours, &mut theirs, &csds_addr, target).await;
     f.set_resources(CDS, vec![pack(&make::cluster("good"))]);
-    f.push(CDS);
+    f.until_answered(&f.push(CDS)).await;
     stage("cluster fixed", &ours, &mut theirs, &csds_addr, target).await;
     // xRFC TP3: the server leaves the cluster out and reports NOT_FOUND for
     // it (and for a cluster nobody asked for). Without A88 the errors are
@@ -1266,7 +1331,7 @@ async fn data_errors_as_c_core_handles_them_with_and_without_a88() {
             ("unasked", 5, "never there"),
         ],
     );
-    f.push(CDS);
+    f.until_answered(&f.push(CDS)).await;
     stage(
         "cluster reported NOT_FOUND",
         &ours,
@@ -1278,9 +1343,11 @@ async fn data_errors_as_c_core_handles_them_with_and_without_a88() {
     // UNAVAILABLE for the route: kept everywhere, RECEIVED_ERROR with A88.
     f.set_resources(CDS, vec![pack(&make::cluster("good"))]);
     f.set_errors(CDS, &[]);
-    f.push(CDS);
+    let clusters = f.push(CDS);
     f.set_errors(RDS, &[("routes", 14, "route store is down")]);
-    f.push(RDS);
+    let routes = f.push(RDS);
+    f.until_answered(&clusters).await;
+    f.until_answered(&routes).await;
     stage(
         "route reported UNAVAILABLE",
         &ours,
@@ -1292,7 +1359,7 @@ async fn data_errors_as_c_core_handles_them_with_and_without_a88() {
     f.set_errors(RDS, &[]);
     // The listener removed.
     f.set_resources(LDS, vec![]);
-    f.push(LDS);
+    f.until_answered(&f.push(LDS)).await;
     stage("listener removed", &ours, &mut theirs, &csds_addr, target).await;
     for mut p in theirs {
         drop(p.child.stdin.take());

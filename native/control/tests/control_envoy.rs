@@ -398,6 +398,11 @@ async fn sighup_reloads_the_file_without_waiting_for_the_poll() {
     // An hour between polls: only the signal can cause a reload here.
     let control = Control::start_polling(&config(free_port(), &[(a, "HEALTHY")]), 3_600_000).await;
     control.write(&config(free_port(), &[(a, "HEALTHY"), (b, "HEALTHY")]));
+    // A bounded observation window, kept: only tether-control's own poll
+    // timer (another process) could reload here, and a poll that finds
+    // nothing to do says nothing. 300 ms is past the default poll (250 ms),
+    // which a lost --poll-ms would give; the SIGHUP below is the positive
+    // control: a reload shows in the log within milliseconds.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !control.stderr().contains("serving version 2"),

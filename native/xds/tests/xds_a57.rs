@@ -173,8 +173,19 @@ async fn closed_after_a_response_is_no_error_and_resubscribes_with_acked_version
         first_on_new.request.node.is_some(),
         "node on the first request of a stream"
     );
-    // And the watcher never saw an error.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // And the watcher never saw an error: not once the new stream's
+    // response is ACKed, which the client sends after handling it (and
+    // after handling the old stream's end).
+    wait("the ACK on the new stream", 30, async {
+        while !f
+            .requests()
+            .iter()
+            .any(|r| r.stream == 1 && !r.request.response_nonce.is_empty())
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
     let s = w.current();
     assert!(s.error.is_none(), "{:?}", s.error);
     assert!(s.resource.is_some());
@@ -249,9 +260,25 @@ async fn does_not_exist_timer_starts_only_once_connected() {
     let mut w = client.watch(ResourceKind::Cluster, "missing");
     let t0 = Instant::now();
     // 40 s of refused connections: errors, but never "does not exist".
-    while Instant::now() - t0 < Duration::from_secs(40) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    // Paused time runs on while a connection attempt is in flight, so the
+    // window also lasts until the client has failed 7 attempts: the 6
+    // backoff delays between them (at least 0.8 + 1.28 + 2.05 + 3.28 +
+    // 5.24 + 8.39 s) are 21 s of its own time, past the 15 s timer.
+    let mut failed = 0;
+    while Instant::now() - t0 < Duration::from_secs(40) || failed < 7 {
+        tokio::select! {
+            s = w.changed() => {
+                if s.expect("the client stopped").error.is_some() {
+                    failed += 1;
+                }
+            }
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
         assert_ne!(w.current().status, ResourceStatus::DoesNotExist);
+        assert!(
+            Instant::now() - t0 < Duration::from_secs(600),
+            "{failed} attempts failed"
+        );
     }
     assert!(matches!(
         w.current().error,
@@ -281,7 +308,15 @@ async fn does_not_exist_timer_restarts_on_a_new_stream_while_uncached() {
     let client = XdsClient::start(bootstrap(f.addr, NODE)).unwrap();
     let mut w = client.watch(ResourceKind::Listener, "slow");
     let t0 = Instant::now();
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // The first stream is open (its subscription reached the server), then
+    // 10 s of its timer run.
+    wait("the first subscription", 30, async {
+        while !f.requests().iter().any(|r| r.stream == 0) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep_until(t0 + Duration::from_secs(10)).await;
     assert_eq!(w.current().status, ResourceStatus::Requested);
     // The stream fails before any response: a new one starts after backoff.
     f.reset_streams();
@@ -314,8 +349,14 @@ async fn cached_resources_never_time_out_and_errors_are_ambient() {
     wait("the listener", 30, w.wait_for(|s| s.resource.is_some())).await;
     // New stream that never answers: the cached resource must not expire.
     f.set_mode(Mode::Withhold);
+    let reset = Instant::now();
     f.reset_streams();
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    // A resource nobody sends, watched beside it, does expire on the new
+    // stream (paused time would run past a stream still connecting): its
+    // timer ran, and a timer for the cached one would have run with it.
+    let mut uncached = client.watch(ResourceKind::Cluster, "uncached");
+    does_not_exist(&mut uncached).await;
+    tokio::time::sleep_until(reset + Duration::from_secs(60)).await;
     let s = w.current();
     assert!(s.resource.is_some());
     assert!(matches!(s.status, ResourceStatus::Acked { .. }));
@@ -324,10 +365,22 @@ async fn cached_resources_never_time_out_and_errors_are_ambient() {
     let before = f.requests().len();
     let second = client.watch(ResourceKind::Listener, "a");
     assert!(second.current().resource.is_some());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A subscription made after it reaches the server: a request the new
+    // watcher caused would have been sent first, on the same stream.
+    let _later = client.watch(ResourceKind::Endpoints, "later");
+    let eds = ResourceKind::Endpoints.type_url();
+    let first_new = wait("the later subscription", 30, async {
+        loop {
+            let requests = f.requests();
+            if requests[before..].iter().any(|r| r.request.type_url == eds) {
+                return requests[before].clone();
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
     assert_eq!(
-        f.requests().len(),
-        before,
+        first_new.request.type_url, eds,
         "no new subscription for a cached resource"
     );
     // Kill the server: the next stream fails without a response.

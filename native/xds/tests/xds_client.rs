@@ -194,14 +194,27 @@ async fn a_watch_dropped_and_made_again_at_once_keeps_the_cached_resource() {
     let mut a = client.watch(ResourceKind::Listener, "a");
     with_resource("a", &mut a).await;
     request_matching(&f, |r| !r.request.response_nonce.is_empty()).await;
-    let requests = f.requests().len();
+    let listener_requests = || {
+        f.requests()
+            .into_iter()
+            .filter(|r| r.request.type_url == LDS)
+            .count()
+    };
+    let requests = listener_requests();
     drop(a);
     let mut again = client.watch(ResourceKind::Listener, "a");
     assert!(again.current().resource.is_some(), "{:?}", again.current());
-    // Still there once the client has handled both (no request needed).
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Still there once the client has handled both (no request needed):
+    // it handles its watchers' changes in order, and a subscription of
+    // another type made after them has reached the server.
+    let later = client.watch(ResourceKind::Cluster, "later");
+    request_matching(&f, |r| {
+        r.request.type_url == CDS && r.request.resource_names == ["later"]
+    })
+    .await;
+    drop(later);
     assert!(with_resource("a", &mut again).await.resource.is_some());
-    assert_eq!(f.requests().len(), requests, "{:?}", f.requests());
+    assert_eq!(listener_requests(), requests, "{:?}", f.requests());
     assert_eq!(client.resources().len(), 1);
 }
 

@@ -112,6 +112,14 @@ impl tonic::transport::server::Connected for Conn {
     fn connect_info(&self) {}
 }
 
+/// What [`Fixture::push`] sent: the response's nonce, and how many open
+/// streams it went to.
+#[derive(Debug, Clone)]
+pub struct Pushed {
+    pub nonce: String,
+    pub streams: usize,
+}
+
 /// One request the server received, with the time it arrived.
 #[derive(Debug, Clone)]
 pub struct Received {
@@ -315,11 +323,46 @@ impl Fixture {
     }
 
     /// Sends the current resources of a type on every open stream.
-    pub fn push(&self, type_url: &str) {
+    pub fn push(&self, type_url: &str) -> Pushed {
         let mut s = self.state.lock().unwrap();
         let resp = s.response(type_url, None);
-        for tx in &s.live {
-            let _ = tx.try_send(Ok(resp.clone()));
+        let streams = s
+            .live
+            .iter()
+            .filter(|tx| tx.try_send(Ok(resp.clone())).is_ok())
+            .count();
+        Pushed {
+            nonce: resp.nonce,
+            streams,
+        }
+    }
+
+    /// How many streams have answered (ACKed or NACKed) the response
+    /// with `nonce`.
+    pub fn answered(&self, nonce: &str) -> usize {
+        let s = self.state.lock().unwrap();
+        let streams: std::collections::HashSet<usize> = s
+            .requests
+            .iter()
+            .filter(|r| r.request.response_nonce == nonce)
+            .map(|r| r.stream)
+            .collect();
+        streams.len()
+    }
+
+    /// Waits (at most 20 s) until every stream `pushed` went to has
+    /// answered it: each client has handled that response.
+    pub async fn until_answered(&self, pushed: &Pushed) {
+        let deadline = Instant::now() + std::time::Duration::from_secs(20);
+        while self.answered(&pushed.nonce) < pushed.streams {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {} streams answered the push with nonce {}",
+                self.answered(&pushed.nonce),
+                pushed.streams,
+                pushed.nonce
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         }
     }
 
