@@ -37,6 +37,9 @@ for lib in tether-xds tether-control; do
   fi
 done
 
+step "documentation links (every relative link between the Markdown files resolves)"
+python3 scripts/doc-links.py
+
 step "no module cycles (sibling modules that use each other)"
 python3 scripts/module-cycles.py core/src native/xds/src native/channel/src
 
