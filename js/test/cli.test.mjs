@@ -3,7 +3,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import {
   decode,
@@ -17,6 +19,14 @@ const BIN =
   process.env.TETHER_BIN ?? fileURLToPath(new URL("../../target/debug/tether", import.meta.url));
 const KEY = Buffer.from("js-and-cli-share-this-secret").toString("base64");
 const NOW = 1_800_000_000;
+
+// The CLI takes signing keys from a file only (never on the command line).
+const KEY_DIR = mkdtempSync(join(tmpdir(), "tether-js-keys-"));
+function keyFile(key) {
+  const path = join(KEY_DIR, Buffer.from(key).toString("hex").slice(0, 16));
+  writeFileSync(path, `${key}\n`);
+  return path;
+}
 
 function tether(...args) {
   const out = execFileSync(BIN, args, { encoding: "utf8", timeout: 30_000 });
@@ -37,7 +47,7 @@ function cliArgs(c) {
   for (const a of c.addresses) args.push("--address", a);
   if (c.cluster) args.push("--cluster", c.cluster);
   if (c.ttl) args.push("--ttl", String(c.ttl));
-  if (c.key) args.push("--key", c.key);
+  if (c.key) args.push("--key-file", keyFile(c.key));
   args.push("--name", "s", "--path", "/");
   return args;
 }
@@ -84,7 +94,7 @@ test("JavaScript-minted cookies decode in the CLI", () => {
     const keys = c.key ? [c.key] : [];
     const value = encode({ addresses: c.addresses, cluster: c.cluster, ttl: c.ttl, format: c.format, keys, now: NOW });
     const args = ["cookie", "decode", value, "--now", String(NOW)];
-    if (c.key) args.push("--key", c.key);
+    if (c.key) args.push("--key-file", keyFile(c.key));
     const cli = tether(...args);
     const js = decode(value, { keys, now: NOW });
     for (const field of ["format", "addresses", "cluster", "expires", "expired", "signature", "key", "quoted", "padded"]) {
@@ -98,6 +108,6 @@ test("JavaScript-minted cookies decode in the CLI", () => {
 test("a wrong key fails in both", () => {
   const other = Buffer.from("another-secret-of-16+bytes").toString("base64");
   const value = encode({ addresses: ["10.0.0.1:80"], keys: [KEY] });
-  assert.equal(tether("cookie", "decode", value, "--key", other).signature, "invalid");
+  assert.equal(tether("cookie", "decode", value, "--key-file", keyFile(other)).signature, "invalid");
   assert.equal(decode(value, { keys: [other] }).signature, "invalid");
 });
