@@ -52,4 +52,6 @@ if ! command -v valgrind >/dev/null; then
   retry $sudo_ apt-get install -y -qq --no-install-recommends valgrind >/dev/null ||
     echo "bench-channel: valgrind could not be installed: the instructions section will fail (or pass --only eds,updates,picker,throughput)" >&2
 fi
-exec cargo bench --quiet -p tether --bench channel -- "$@"
+# The bench builds the LB tree from the crate's own policies, public only
+# with the `internals` feature.
+exec cargo bench --quiet -p tether --features internals --bench channel -- "$@"

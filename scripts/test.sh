@@ -21,8 +21,13 @@ scripts/setup.sh
 step "format and lints"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The channel's benchmark needs the `internals` feature (--all-targets skips it without).
+cargo clippy -p tether --features internals --benches --quiet -- -D warnings
 # Public items are documented (deny(missing_docs)) and doc links resolve.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+# The public API of tether, tether-xds and tether-core against their checked-in
+# listings: a change to it shows in review (scripts/public-api.py write when meant).
+python3 scripts/public-api.py check
 
 step "the crate graph: the channel pulls no CLI or control-plane crate; tether-xds never depends on the channel"
 cargo check --quiet -p tether --lib

@@ -1,5 +1,5 @@
 //! The channel benchmark, side by side in one run: `scripts/bench-channel.sh`
-//! (`cargo bench -p tether --bench channel -- [--quick] [--only eds,updates,picker,throughput,rotation,instructions] [--kinds plain,...]`).
+//! (`cargo bench -p tether --features internals --bench channel -- [--quick] [--only eds,updates,picker,throughput,rotation,instructions] [--kinds plain,...]`).
 //!
 //! 1. EDS: one update of a cluster with 10,000 endpoints (10 localities)
 //!    applied to the LB tree's root (`xds_cluster_manager`) on a real

@@ -13,6 +13,11 @@
 //! re-exported): the policies take its plain config values. This crate
 //! has no command line and no control plane: `tether-cli` and
 //! `tether-control` are crates of their own.
+//!
+//! The types a tonic user names are re-exported here, at the crate root:
+//! [`Channel`], [`ChannelBuilder`], [`StaticConfig`], [`SessionOptions`],
+//! [`CookieJar`], [`ChannelStats`], ... (their modules keep them too).
+//! Policy authors find theirs in [`lb`].
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -33,4 +38,18 @@ pub use tether_xds::csds;
 /// The fault injection filter (gRFC A33), now beside the call path in
 /// [`channel`]; kept at this path.
 pub use channel::fault;
-pub use channel::Channel;
+
+// What a tonic user names, at the crate root (their modules keep them too).
+// The channel, its builder, options and errors:
+pub use channel::{
+    Attempts, Channel, ChannelBuilder, ChannelError, EndpointPolicy, PickedPeer, SessionOptions,
+    StaticConfig, StaticConfigError, StaticEndpoint, TargetProblem, WaitForReady, XdsClientScope,
+};
+pub use credentials::TlsConfig;
+pub use subchannel::{KeepaliveOptions, SubchannelOptions};
+// `Channel::stats` and `Channel::state`:
+pub use channel::{ChannelStats, ClusterSessions};
+pub use lb::{AddressSessions, ConnectivityState, PolicyStats};
+pub use subchannel::SubchannelStats;
+// The session cookie jar:
+pub use session::{CookieJar, CookieJarLayer, CookieJarService, JarError, SessionId};

@@ -21,9 +21,9 @@ use std::time::{Duration, Instant};
 
 use control_support::{Control, TempDir};
 use tether::channel::{EndpointPolicy, StaticConfig, StaticEndpoint};
-use tether::lb::weighted_round_robin::Settings;
 use tether::lb::PolicyStats;
 use tether::orca::{LoadReportLayer, OrcaService, ServerMetrics};
+use tether::xds::lb_config::weighted_round_robin::Settings;
 use tether::Channel;
 use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
 use tether_testkit::grpcio::{self, Client};

@@ -406,7 +406,7 @@ fn built_in_names_select_what_their_protos_select() {
 #[test]
 fn built_in_names_default_what_the_value_leaves_out() {
     use envoy_types::pb::envoy::extensions::load_balancing_policies as lbp;
-    use tether::lb::weighted_round_robin::Settings;
+    use tether::xds::lb_config::weighted_round_robin::Settings;
     let absent = |name: &str| Any {
         type_url: "type.googleapis.com/xds.type.v3.TypedStruct".into(),
         value: TypedStruct {

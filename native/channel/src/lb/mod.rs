@@ -30,42 +30,89 @@
 //! The public API for policy authors is [`registry`], [`LbPolicy`],
 //! [`Picker`], [`EndpointList`] and the types they take ([`Ctx`],
 //! [`LbConfig::Custom`], [`Event`], [`PickArgs`], ...). The tree's own
-//! policies are hidden from the docs and are not part of the API: they are
-//! public only for the crate's benchmark and may change in any release.
+//! policies are not part of the API: they are private to the crate, and
+//! public (hidden from the docs) only with the `internals` feature, for the
+//! crate's benchmark; they may change in any release.
 
-mod aggregate;
+// The tree's own policies: crate-private, or public with the `internals`
+// feature (for the benchmark; no API promise). Declared one by one, not by a
+// macro, so that rustfmt sees their files.
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod cds;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod cds;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod cluster_impl;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod cluster_impl;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod cluster_manager;
-pub mod endpoint_list;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod cluster_manager;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod least_request;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod least_request;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod outlier_detection;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod outlier_detection;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod override_host;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod override_host;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod pick_first;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod pick_first;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod priority;
-pub(crate) mod random;
-pub mod registry;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod priority;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod ring_hash;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod ring_hash;
+#[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod round_robin;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod round_robin;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod weighted_round_robin;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod weighted_round_robin;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod weighted_target;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod weighted_target;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod wrr_locality;
+#[cfg(not(feature = "internals"))]
+pub(crate) mod wrr_locality;
+
+mod aggregate;
+// Its docs link `pick_first::AddressList`, crate-private without `internals`
+// (rustdoc shows the name unlinked).
+#[cfg_attr(not(feature = "internals"), allow(rustdoc::private_intra_doc_links))]
+pub mod endpoint_list;
+pub(crate) mod random;
+pub mod registry;
 #[cfg(test)]
 mod test_harness;
 mod timers;
-#[doc(hidden)]
-pub mod weighted_round_robin;
-#[doc(hidden)]
-pub mod weighted_target;
-#[doc(hidden)]
-pub mod wrr_locality;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -85,6 +132,7 @@ pub use crate::xds::resource::endpoint::HealthStatus;
 pub use aggregate::aggregate_state;
 pub use cds::policy_chain;
 pub use endpoint_list::{Endpoint, EndpointList};
+pub use override_host::AddressSessions;
 pub use registry::{CustomConfig, CustomPolicy, ParsedConfig, PolicyBuilder, PolicyRegistry};
 
 /// One endpoint as a policy sees it: its addresses (gRFC A61: the first is

@@ -18,6 +18,8 @@ use super::{Child, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, PolicyStat
 pub use crate::xds::resource::endpoint::DropOverload;
 pub use picker::ClusterImplPicker;
 
+// Public with `internals`; unused inside the crate.
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use crate::xds::resource::cluster::DEFAULT_MAX_REQUESTS;
 
 /// `xds_cluster_impl`'s config.

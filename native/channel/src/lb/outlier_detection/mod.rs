@@ -30,6 +30,8 @@ use std::sync::Arc;
 use tokio::time::Instant;
 
 pub use picker::{CallCounter, OutlierDetectionPicker};
+// Public with `internals` (the benchmark's); the crate uses some of them.
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use tether_xds::lb_config::outlier_detection::{
     FailurePercentageEjection, InvalidOutlierDetection, OutlierDetectionConfig,
     SuccessRateEjection, DEFAULT_BASE_EJECTION_TIME, DEFAULT_INTERVAL,
@@ -207,6 +209,8 @@ impl OutlierDetection {
     }
 
     /// The addresses of the endpoints ejected now, sorted.
+    // Public with `internals`; used by the tests.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn ejected_addresses(&self) -> Vec<SocketAddr> {
         let mut v: Vec<_> = self.ejected.iter().copied().collect();
         v.sort();

@@ -35,6 +35,8 @@ use super::{
     ConnectivityState, Ctx, EndpointAddresses, Event, LbConfig, LbPolicy, PolicyId, PolicyStats,
     SharedPicker, Subchannel, SubchannelId, Timer, TimerToken,
 };
+// Public with `internals` (for the benchmark); unused inside the crate.
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use picker::PickFirstPicker;
 
 /// `pick_first`'s config: the endpoints (their addresses tried in order)

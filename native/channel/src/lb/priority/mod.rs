@@ -120,6 +120,8 @@ impl Priority {
     }
 
     /// The name of the priority in use.
+    // Public with `internals` (for the benchmark); unused inside the crate.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn current(&self) -> Option<&str> {
         self.current.as_deref()
     }

@@ -145,6 +145,8 @@ impl HashTable {
     }
 
     /// Whether it has no entries (never: a table has at least one host).
+    // Public with `internals`; used by the tests.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -158,6 +160,8 @@ impl HashTable {
     }
 
     /// The host index for `hash`.
+    // Public with `internals`; used by the tests.
+    #[cfg_attr(not(feature = "internals"), allow(dead_code))]
     pub fn pick(&self, hash: u64) -> usize {
         match self {
             HashTable::Ring(r) => r.pick(hash),
