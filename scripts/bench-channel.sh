@@ -18,6 +18,9 @@
 #      tonic's calls/s, p99 within 10%, each ratio the median of the rounds'
 #      ratios; sessions >= 0.95 x the same channel
 #      without; least_request and outlier detection >= 0.95 x round robin);
+#      tonic-xds (grpc-rust's xDS for tonic, 0.1.0-alpha.4) over the same
+#      tether-control resources and backends as the channel over xDS (goal:
+#      the channel over xDS >= 1.0 x tonic-xds's calls/s);
 #      and TLS rows against an mTLS backend: tonic with its own TLS
 #      (tls-ring), the channel with ChannelBuilder::tls and with xDS mTLS
 #      (A29, file_watcher) (goals >= 0.95 x tonic with TLS, p99 within 10%);
@@ -28,15 +31,17 @@
 #      a process of its own: plain tonic, tether::Channel over the same one
 #      endpoint, and with a session (goals <= 1.05 x plain tonic, sessions
 #      <= 1.05 x without); tonic with TLS against the channel with TLS and
-#      with xDS mTLS; wall-clock ratios on a shared 2-core machine swing
+#      with xDS mTLS; tether::Channel over xDS against tonic-xds (goal
+#      <= 1.0 x its instructions); wall-clock ratios on a shared 2-core machine swing
 #      by several percent between rounds, instruction counts do not.
 #
-#   scripts/bench-channel.sh            full run: 8 rounds x 28 runs x 3.5 s, 3 EDS rounds (about 16 minutes)
+#   scripts/bench-channel.sh            full run: 8 rounds x 30 runs x 3.5 s, 3 EDS rounds (about 17 minutes)
 #   scripts/bench-channel.sh --quick    a smoke run (0.3 s per configuration), under 30 s once built
 # Options (passed to the bench binary): --duration SECS  --warmup SECS  --rounds N
 #   --eds-rounds N  --only eds,updates,picker,throughput,rotation,instructions
-#   --kinds plain,balance,one,static,session,session_layer,sessions,xds,least_request,outlier_detection,
-#           weighted_round_robin,tonic_tls,tls,xds_mtls
+#   --kinds plain,balance,one,static,session,session_layer,sessions,xds,tonic_xds,least_request,
+#           outlier_detection,weighted_round_robin,tonic_tls,tls,xds_mtls (also the instructions
+#           section's configurations)
 # Exits non-zero when a configuration fails calls or a part cannot run;
 # missed goals are reported, not failures.
 set -euo pipefail

@@ -23,13 +23,19 @@
 //!    0.95 × round robin without it. TLS rows: an mTLS backend, tonic with
 //!    its own TLS (`tls-ring`) against the channel with `ChannelBuilder::tls`
 //!    and with xDS mTLS (gRFC A29, `file_watcher` certificates), each held
-//!    to ≥ 0.95 × tonic's calls/s and p99 within 10%.
+//!    to ≥ 0.95 × tonic's calls/s and p99 within 10%. The Rust peer over
+//!    xDS: tonic-xds (grpc-rust's xDS for tonic, 0.1.0-alpha.4) over the
+//!    same tether-control ADS server and backends as the channel over xDS
+//!    (goal: the channel ≥ 1.0 × its calls/s).
 //! 5. A client certificate rotation under load: 64 tasks over xDS mTLS,
 //!    the certificate files replaced midway (goal: no call fails).
 //! 6. Instructions per unary call under callgrind, the client in a process
 //!    of its own: plain tonic, the channel over the same endpoint, and with
 //!    a session (goals ≤ 1.05 × tonic, sessions ≤ 1.05 × without); tonic
-//!    with TLS, the channel with TLS and with xDS mTLS to the same backend.
+//!    with TLS, the channel with TLS and with xDS mTLS to the same backend;
+//!    the channel over xDS and tonic-xds over the parent's ADS server (goal:
+//!    the channel ≤ 1.0 × tonic-xds's instructions). `--kinds` selects the
+//!    configurations of both sections.
 //!
 //! Everything is on loopback (127.0.0.0/8). Every loop is bounded by a count or a deadline.
 
@@ -178,7 +184,7 @@ fn main() -> ExitCode {
 }
 
 const USAGE: &str = "options: --quick | --duration SECS | --warmup SECS | --rounds N | \
---eds-rounds N | --only eds,updates,picker,throughput,rotation,instructions | --kinds plain,balance,one,static,session,sessions,xds,least_request,weighted_round_robin,outlier_detection";
+--eds-rounds N | --only eds,updates,picker,throughput,rotation,instructions | --kinds plain,balance,one,static,session,session_layer,sessions,xds,tonic_xds,least_request,weighted_round_robin,outlier_detection,tonic_tls,tls,xds_mtls";
 
 /// The benchmark's sections, in the order they run.
 const SECTIONS: [&str; 6] = [
@@ -197,7 +203,8 @@ struct Args {
     rounds: usize,
     eds_rounds: usize,
     sections: BTreeSet<String>,
-    /// The throughput configurations to run.
+    /// The configurations to run (throughput rows, and those of them the
+    /// instructions section counts).
     kinds: Vec<Kind>,
 }
 
@@ -1048,6 +1055,8 @@ fn picker_section(rt: &Runtime, addrs: &[SocketAddr], args: &Args) -> Result<Pic
 enum Client {
     Tonic(EchoClient<tonic::transport::Channel>),
     Tether(EchoClient<tether::Channel>),
+    /// grpc-rust's xDS for tonic (tonic-xds).
+    TonicXds(EchoClient<tonic_xds::XdsChannelGrpc>),
     Session(EchoClient<CookieJarService<tether::Channel>>),
     /// A jar per calling task over one channel (in a handle of its own):
     /// each task is a session.
@@ -1074,11 +1083,31 @@ impl Client {
         let reply = match self {
             Client::Tonic(c) => c.echo(request).await?,
             Client::Tether(c) => c.echo(request).await?,
+            Client::TonicXds(c) => tonic_xds_echo(c, request).await?,
             Client::Session(c) => c.echo(request).await?,
             Client::Sessions(ch) => EchoClient::new(ch.clone()).echo(request).await?,
         };
         Ok(reply.into_inner().backend)
     }
+}
+
+/// A tonic-xds call as a boxed `Send` future: rustc cannot prove the
+/// generated client's future `Send` for every lifetime of its boxed error
+/// inside `Client::echo` (spawned by [`load`]); checked here, where the
+/// lifetimes are concrete.
+#[allow(clippy::type_complexity)]
+fn tonic_xds_echo(
+    c: &mut EchoClient<tonic_xds::XdsChannelGrpc>,
+    request: EchoRequest,
+) -> std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Result<tonic::Response<tether_testkit::grpc::EchoReply>, tonic::Status>,
+            > + Send
+            + '_,
+    >,
+> {
+    Box::pin(c.echo(request))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -1091,6 +1120,7 @@ enum Kind {
     TetherSessionLayer,
     TetherSessions,
     TetherXds,
+    TonicXds,
     TetherLeastRequest,
     TetherWeightedRoundRobin,
     TetherOutlierDetection,
@@ -1100,7 +1130,7 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 14] = [
+    const ALL: [Kind; 15] = [
         Kind::Plain,
         Kind::Balance,
         Kind::TetherOne,
@@ -1109,6 +1139,7 @@ impl Kind {
         Kind::TetherSessionLayer,
         Kind::TetherSessions,
         Kind::TetherXds,
+        Kind::TonicXds,
         Kind::TetherLeastRequest,
         Kind::TetherWeightedRoundRobin,
         Kind::TetherOutlierDetection,
@@ -1131,6 +1162,7 @@ impl Kind {
             }
             Kind::TetherSessions => "tether::Channel static + sessions, a jar per task over 3",
             Kind::TetherXds => "tether::Channel xDS (tether-control), round robin over 3",
+            Kind::TonicXds => "tonic-xds 0.1.0-alpha.4 (tether-control), p2c over 3",
             Kind::TetherLeastRequest => "tether::Channel static, least_request over 3",
             Kind::TetherWeightedRoundRobin => {
                 "tether::Channel static, weighted_round_robin (per-call ORCA) over 3"
@@ -1155,6 +1187,7 @@ impl Kind {
             Kind::TetherSessionLayer => "session_layer",
             Kind::TetherSessions => "sessions",
             Kind::TetherXds => "xds",
+            Kind::TonicXds => "tonic_xds",
             Kind::TetherLeastRequest => "least_request",
             Kind::TetherWeightedRoundRobin => "weighted_round_robin",
             Kind::TetherOutlierDetection => "outlier_detection",
@@ -1165,7 +1198,10 @@ impl Kind {
     }
 
     fn is_tether(self) -> bool {
-        !matches!(self, Kind::Plain | Kind::Balance | Kind::TonicTls)
+        !matches!(
+            self,
+            Kind::Plain | Kind::Balance | Kind::TonicXds | Kind::TonicTls
+        )
     }
 
     /// The configuration that differs from this one only in what is
@@ -1177,7 +1213,7 @@ impl Kind {
         match self {
             Kind::Plain => None,
             Kind::Balance | Kind::TetherOne => Some(Kind::Plain),
-            Kind::TetherStatic | Kind::TetherXds => Some(Kind::Balance),
+            Kind::TetherStatic | Kind::TetherXds | Kind::TonicXds => Some(Kind::Balance),
             Kind::TetherSession | Kind::TetherSessionLayer => Some(Kind::TetherOne),
             // One calling task is one session, pinned to one endpoint: its
             // calls take the path of the channel over one endpoint, not
@@ -1243,9 +1279,50 @@ where
     }
 }
 
+/// Set for the callgrind child: the address of its parent's ADS server
+/// (the xDS rows' tether-control), so that the child counts the client alone.
+const ADS_ENV: &str = "TETHER_BENCH_ADS";
+
+/// The ADS server of the xDS rows (`xds` and `tonic_xds`): one per process,
+/// serving the bench's tether-control file over `addrs`; in the callgrind
+/// child, its parent's.
+async fn shared_ads(addrs: &[SocketAddr]) -> Result<SocketAddr, String> {
+    static ADS: tokio::sync::OnceCell<Result<SocketAddr, String>> =
+        tokio::sync::OnceCell::const_new();
+    ADS.get_or_init(|| async {
+        match std::env::var(ADS_ENV) {
+            Ok(a) => a.parse().map_err(|e| format!("{ADS_ENV}={a:?}: {e}")),
+            Err(_) => serve_control(addrs, "").await,
+        }
+    })
+    .await
+    .clone()
+}
+
 /// The ADS server and its bootstrap for the xDS configuration.
 async fn control_plane(addrs: &[SocketAddr]) -> Result<tether::xds::Bootstrap, String> {
-    control_plane_with(addrs, "").await
+    let ads = shared_ads(addrs).await?;
+    tether::xds::Bootstrap::from_json(&format!(
+        r#"{{"xds_servers":[{{"server_uri":"{ads}","channel_creds":[{{"type":"insecure"}}]}}],"node":{{"id":"bench"}}}}"#
+    ))
+    .map_err(|e| e.to_string())
+}
+
+/// tonic-xds over the same ADS server as [`control_plane`]: its bootstrap
+/// spells the server `http://` (a scheme-less `server_uri` makes it try
+/// TLS).
+async fn tonic_xds_channel(addrs: &[SocketAddr]) -> Result<tonic_xds::XdsChannelGrpc, String> {
+    let ads = shared_ads(addrs).await?;
+    let bootstrap = tonic_xds::BootstrapConfig::from_json(&format!(
+        r#"{{"xds_servers":[{{"server_uri":"http://{ads}","channel_creds":[{{"type":"insecure"}}]}}],"node":{{"id":"bench-tonic-xds"}}}}"#
+    ))
+    .map_err(|e| e.to_string())?;
+    let target = tonic_xds::XdsUri::parse("xds:///echo.bench").map_err(|e| e.to_string())?;
+    tonic_xds::XdsChannelBuilder::new(
+        tonic_xds::XdsChannelConfig::new(target).with_bootstrap(bootstrap),
+    )
+    .build_grpc_channel()
+    .map_err(|e| e.to_string())
 }
 
 /// As [`control_plane`], with `service` (YAML lines indented for the
@@ -1452,6 +1529,8 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
                 .connect("xds:///echo.bench")
                 .map_err(|e| e.to_string())?,
         )),
+        // The same ADS server as `xds`.
+        Kind::TonicXds => Client::TonicXds(EchoClient::new(tonic_xds_channel(addrs).await?)),
         // Its own control plane: the same file plus outlier detection, both
         // algorithms on, so every call is counted and the timer runs each
         // second (nothing fails, so nothing is ejected).
@@ -1737,6 +1816,20 @@ impl Summary {
                     continue;
                 }
                 let who = format!("{}, c={}", r.kind.label(), r.concurrency);
+                if r.kind == Kind::TetherXds {
+                    // Against the Rust peer over the same resources.
+                    let (vs_tput, vs_p99) = ratios(r, Some(Kind::TonicXds));
+                    if !vs_tput.is_nan() {
+                        goals.push(goal_line(
+                            &format!(
+                                "  tether::Channel over xDS ÷ tonic-xds, c={}: calls/s, goal ≥ 1.0",
+                                r.concurrency
+                            ),
+                            vs_tput >= 1.0,
+                            &format!("{vs_tput:.2} (p99 ÷ tonic-xds's: {vs_p99:.2})"),
+                        ));
+                    }
+                }
                 if matches!(
                     r.kind,
                     Kind::TetherSession | Kind::TetherSessionLayer | Kind::TetherSessions
@@ -1982,6 +2075,16 @@ impl Summary {
                     );
                 }
             }
+            if let (Some(xds), Some(tonic_xds)) = (per(Kind::TetherXds), per(Kind::TonicXds)) {
+                println!(
+                    "{}",
+                    goal_line(
+                        "  tether::Channel over xDS ÷ tonic-xds, instructions/call, goal ≤ 1.0",
+                        xds <= tonic_xds,
+                        &format!("{:.3}", xds / tonic_xds)
+                    )
+                );
+            }
             if let Some(tonic_tls) = per(Kind::TonicTls) {
                 for kind in [Kind::TetherTls, Kind::TetherXdsMtls] {
                     if let Some(n) = per(kind) {
@@ -2091,6 +2194,10 @@ const COUNTED: [Kind; 4] = [
     Kind::TetherSessionLayer,
 ];
 
+/// The same over xDS: tether::Channel and tonic-xds over the same
+/// tether-control resources (the parent's ADS server) and backends.
+const COUNTED_XDS: [Kind; 2] = [Kind::TetherXds, Kind::TonicXds];
+
 /// The same for the mTLS rows: tonic with its own TLS, the channel with
 /// `ChannelBuilder::tls` and with xDS mTLS, all to the TLS stage's backend
 /// (in the parent process).
@@ -2133,12 +2240,13 @@ fn count_calls(args: &[String]) -> Result<(), String> {
 }
 
 /// Total instructions (callgrind's `summary:`) of one child run; `tls`:
-/// the TLS stage it shares.
+/// the TLS stage it shares; `ads`: the ADS server it shares.
 fn callgrind_total(
     kind: Kind,
     calls: usize,
     addrs: &[SocketAddr],
     tls: Option<&TlsStage>,
+    ads: Option<SocketAddr>,
 ) -> Result<u64, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::env::temp_dir().join(format!(
@@ -2149,6 +2257,9 @@ fn callgrind_total(
     let mut command = std::process::Command::new("valgrind");
     if let Some(t) = tls {
         command.env(TLS_STAGE_ENV, format!("{} {}", t.addr, t.dir.display()));
+    }
+    if let Some(a) = ads {
+        command.env(ADS_ENV, a.to_string());
     }
     let status = command
         .args(["--tool=callgrind", "--quiet"])
@@ -2173,10 +2284,12 @@ fn callgrind_total(
         .ok_or_else(|| format!("no summary line in {}", out.display()))
 }
 
-/// Instructions per unary call of each [`COUNTED`] configuration, from two
+/// Instructions per unary call of each [`COUNTED`], [`COUNTED_XDS`] and
+/// [`COUNTED_TLS`] configuration in `--kinds`, from two
 /// runs with different call counts (their difference leaves out start-up
-/// and connecting), the median of three such pairs; the backends stay in
-/// this process, so only the client is counted.
+/// and connecting), the median of three such pairs; the backends (and the
+/// xDS rows' ADS server) stay in this process, so only the client is
+/// counted.
 fn instructions_section(
     rt: &Runtime,
     addrs: &[SocketAddr],
@@ -2188,10 +2301,19 @@ fn instructions_section(
         many - few
     );
     let mut rows = Vec::new();
-    let tls_kinds = COUNTED_TLS.into_iter().filter(|k| args.kinds.contains(k));
-    for kind in COUNTED.into_iter().chain(tls_kinds) {
+    let kinds = COUNTED
+        .into_iter()
+        .chain(COUNTED_XDS)
+        .chain(COUNTED_TLS)
+        .filter(|k| args.kinds.contains(k));
+    for kind in kinds {
         let tls = if COUNTED_TLS.contains(&kind) {
             Some(rt.block_on(tls_stage())?)
+        } else {
+            None
+        };
+        let ads = if COUNTED_XDS.contains(&kind) {
+            Some(rt.block_on(shared_ads(addrs))?)
         } else {
             None
         };
@@ -2199,8 +2321,8 @@ fn instructions_section(
         // the client's polls moves a run by a few hundred instructions.
         let mut pairs = Vec::new();
         for _ in 0..3 {
-            let a = callgrind_total(kind, few, addrs, tls)?;
-            let b = callgrind_total(kind, many, addrs, tls)?;
+            let a = callgrind_total(kind, few, addrs, tls, ads)?;
+            let b = callgrind_total(kind, many, addrs, tls, ads)?;
             pairs.push(b.saturating_sub(a) as f64 / (many - few) as f64);
         }
         let runs = pairs
