@@ -48,6 +48,20 @@ fn bootstrap(port: u16, creds: &str, token: &Path, node: &str) -> String {
     )
 }
 
+/// The target's listener, routes, cluster and `backend` as its endpoint.
+fn serve(f: &Fixture, backend: &GrpcBackend) {
+    f.set_resources(LDS, vec![make::listener(TARGET, "routes")]);
+    f.set_resources(
+        RDS,
+        vec![pack(&route_config("routes", vec![route("/", "c")]))],
+    );
+    f.set_resources(CDS, vec![pack(&make::cluster("c"))]);
+    f.set_resources(
+        EDS,
+        vec![pack(&endpoints("c", &backend.addr().to_string()))],
+    );
+}
+
 /// One C-core call to the target with a 3 s deadline (for calls that fail).
 fn short_call() -> Vec<String> {
     ["--timeout", "3", &format!("xds:///{TARGET}"), "1"]
@@ -90,23 +104,11 @@ async fn tether_client(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_jwt_goes_on_the_ads_stream_as_c_core_sends_it() {
     let backend = GrpcBackend::start("behind-jwt").await;
-    let serve = |f: &Fixture| {
-        f.set_resources(LDS, vec![make::listener(TARGET, "routes")]);
-        f.set_resources(
-            RDS,
-            vec![pack(&route_config("routes", vec![route("/", "c")]))],
-        );
-        f.set_resources(CDS, vec![pack(&make::cluster("c"))]);
-        f.set_resources(
-            EDS,
-            vec![pack(&endpoints("c", &backend.addr().to_string()))],
-        );
-    };
     let ca = Ca::new("xds CA");
     let f = Fixture::start_tls(Mode::Serve, server_config(&ca.issue(&["localhost"]), None)).await;
-    serve(&f);
+    serve(&f, &backend);
     let plain = Fixture::start(Mode::Serve).await;
-    serve(&plain);
+    serve(&plain, &backend);
     let dir = Dir(std::env::temp_dir().join(format!("tether-a97-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
     let ca_file = dir.0.join("ca.pem");
@@ -323,16 +325,7 @@ async fn a_unix_server_with_tls_creds_gets_tls_and_the_token_only_inside_it() {
     // gets the resources.
     let backend = GrpcBackend::start("behind-unix-tls").await;
     let f = Fixture::start_tls(Mode::Serve, server_config(&ca.issue(&["localhost"]), None)).await;
-    f.set_resources(LDS, vec![make::listener(TARGET, "routes")]);
-    f.set_resources(
-        RDS,
-        vec![pack(&route_config("routes", vec![route("/", "c")]))],
-    );
-    f.set_resources(CDS, vec![pack(&make::cluster("c"))]);
-    f.set_resources(
-        EDS,
-        vec![pack(&endpoints("c", &backend.addr().to_string()))],
-    );
+    serve(&f, &backend);
     let socket = dir.0.join("tls.sock");
     let listener = tokio::net::UnixListener::bind(&socket).unwrap();
     let to = f.addr;
@@ -370,16 +363,7 @@ async fn expired_and_absurd_tokens_as_c_core_treats_them() {
     let backend = GrpcBackend::start("behind-jwt-edges").await;
     let ca = Ca::new("xds CA");
     let f = Fixture::start_tls(Mode::Serve, server_config(&ca.issue(&["localhost"]), None)).await;
-    f.set_resources(LDS, vec![make::listener(TARGET, "routes")]);
-    f.set_resources(
-        RDS,
-        vec![pack(&route_config("routes", vec![route("/", "c")]))],
-    );
-    f.set_resources(CDS, vec![pack(&make::cluster("c"))]);
-    f.set_resources(
-        EDS,
-        vec![pack(&endpoints("c", &backend.addr().to_string()))],
-    );
+    serve(&f, &backend);
     let dir = Dir(std::env::temp_dir().join(format!("tether-a97-edges-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0).unwrap();
     let ca_file = dir.0.join("ca.pem");
