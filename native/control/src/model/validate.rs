@@ -711,26 +711,28 @@ impl OutlierDetectionSpec {
 
 impl SanMatcherSpec {
     /// The matcher at `at`: exactly one test, `ignoreCase` not with
-    /// `regex`, and valid values.
+    /// `regex`, and a value that is not empty (it would match every SAN,
+    /// and Envoy's proto validation refuses it) and, for `regex`, valid on
+    /// its own.
     fn validate(&self, at: &str) -> Result<(), ModelError> {
-        let set: Vec<&str> = [
+        let set: Vec<(&str, &String)> = [
             ("exact", &self.exact),
             ("prefix", &self.prefix),
             ("suffix", &self.suffix),
             ("contains", &self.contains),
             ("regex", &self.regex),
         ]
-        .iter()
-        .filter(|(_, v)| v.is_some())
-        .map(|(k, _)| *k)
+        .into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
         .collect();
-        if set.len() != 1 {
+        let [(field, value)] = set[..] else {
+            let names: Vec<&str> = set.iter().map(|(k, _)| *k).collect();
             return Err(ModelError::invalid(
                 at,
-                set.join(", "),
+                names.join(", "),
                 "needs exactly one of exact, prefix, suffix, contains, regex",
             ));
-        }
+        };
         if self.regex.is_some() && self.ignore_case {
             return Err(ModelError::invalid(
                 format!("{at}.ignoreCase"),
@@ -738,37 +740,20 @@ impl SanMatcherSpec {
                 "cannot be combined with regex",
             ));
         }
-        self.validate_values(at)
-    }
-
-    /// The matcher's value: not empty (it would match every SAN, and
-    /// Envoy's proto validation refuses it), a regex valid on its own.
-    fn validate_values(&self, at: &str) -> Result<(), ModelError> {
-        for (field, value) in [
-            ("exact", &self.exact),
-            ("prefix", &self.prefix),
-            ("suffix", &self.suffix),
-            ("contains", &self.contains),
-            ("regex", &self.regex),
-        ] {
-            match value {
-                Some(v) if v.is_empty() => {
-                    return Err(ModelError::invalid(
-                        format!("{at}.{field}"),
-                        v,
-                        "is empty (it would match every SAN)",
-                    ))
-                }
-                Some(v) if field == "regex" => {
-                    if let Err(e) = tether_xds::resource::route::full_match(v) {
-                        return Err(ModelError::invalid(
-                            format!("{at}.regex"),
-                            v,
-                            format!("is not a valid regex: {e}"),
-                        ));
-                    }
-                }
-                _ => {}
+        if value.is_empty() {
+            return Err(ModelError::invalid(
+                format!("{at}.{field}"),
+                value,
+                "is empty (it would match every SAN)",
+            ));
+        }
+        if field == "regex" {
+            if let Err(e) = tether_xds::resource::route::full_match(value) {
+                return Err(ModelError::invalid(
+                    format!("{at}.regex"),
+                    value,
+                    format!("is not a valid regex: {e}"),
+                ));
             }
         }
         Ok(())
