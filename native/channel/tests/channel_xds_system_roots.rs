@@ -62,16 +62,10 @@ services:
     let control = Control::start(&yaml).await;
     let path = dir.0.join("bootstrap.json");
     std::fs::write(&path, control.bootstrap_json("system-roots")).unwrap();
-    let channel = Channel::builder()
-        .bootstrap(tether::xds::Bootstrap::from_file(&path).unwrap())
-        .connect("xds:///roots.tether.test")
-        .unwrap();
-    let mut request = tonic::Request::new(EchoRequest {
-        message: "hi".into(),
-    });
-    request.set_timeout(Duration::from_secs(5));
-    let ours = EchoClient::new(channel).echo(request).await;
-    assert_eq!(ours.unwrap().into_inner().backend, "system-roots");
+    assert_eq!(
+        backend_through(&path, "xds:///roots.tether.test").await,
+        "system-roots"
+    );
     let other = dir.0.join("other-ca.pem");
     std::fs::write(&other, Ca::new("another CA").pem()).unwrap();
     for (roots, a82, ok) in [
@@ -116,16 +110,10 @@ services:
         ),
     )
     .unwrap();
-    let channel = Channel::builder()
-        .bootstrap(tether::xds::Bootstrap::from_file(&path).unwrap())
-        .connect("xds:///any.tether.test")
-        .unwrap();
-    let mut request = tonic::Request::new(EchoRequest {
-        message: "hi".into(),
-    });
-    request.set_timeout(Duration::from_secs(5));
-    let ours = EchoClient::new(channel).echo(request).await;
-    assert_eq!(ours.unwrap().into_inner().backend, "system-roots");
+    assert_eq!(
+        backend_through(&path, "xds:///any.tether.test").await,
+        "system-roots"
+    );
     let warnings = warnings();
     assert_eq!(
         warnings
@@ -153,6 +141,21 @@ services:
         !theirs.is_empty() && theirs.iter().all(|c| c.code == "OK"),
         "C-core: {theirs:?}"
     );
+}
+
+/// The backend that answers one call to `target` through a channel on the
+/// bootstrap at `path`.
+async fn backend_through(path: &std::path::Path, target: &str) -> String {
+    let channel = Channel::builder()
+        .bootstrap(tether::xds::Bootstrap::from_file(path).unwrap())
+        .connect(target)
+        .unwrap();
+    let mut request = tonic::Request::new(EchoRequest {
+        message: "hi".into(),
+    });
+    request.set_timeout(Duration::from_secs(5));
+    let reply = EchoClient::new(channel).echo(request).await;
+    reply.unwrap().into_inner().backend
 }
 
 /// Cluster `any`, TLS against the system's roots, no SAN matcher, at
