@@ -23,6 +23,7 @@
 
 pub mod channel;
 pub mod credentials;
+mod filter;
 pub mod lb;
 pub mod orca;
 pub mod session;

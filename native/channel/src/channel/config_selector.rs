@@ -8,37 +8,31 @@
 //! and the fault injection configs (A33) in effect for the route and
 //! cluster, resolved the same way.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue};
+use http::HeaderMap;
 use tonic::Status;
 
-use super::cookie_notes::CookieNotes;
 use super::retry::RetryPolicy;
 use super::ClusterRef;
 use crate::lb::random;
+use crate::session::filter::{SessionCall, Sessions};
+use crate::session::notes::CookieNotes;
+use crate::session::SessionOptions;
 use crate::xds::resource::fault::FaultConfig;
-use crate::xds::resource::listener::{
-    FilterConfig, FilterOverride, HttpFilter, SessionOverride, SessionState,
-};
+use crate::xds::resource::listener::{FilterConfig, FilterOverride, HttpFilter};
 use crate::xds::resource::route::{
     Action, ClusterSpecifier, ClusterWeight, HashPolicy, HashSource, HeaderMatch, HeaderMatcher,
     PathMatcher, RouteAction, RouteMatcher, VirtualHost,
 };
-use std::net::SocketAddr;
-use tether_core::cookie::Format;
 use tether_core::hash::policy::{HeaderLookup, Source};
 use tether_core::hash::rewrite::Rewrite;
 use tether_core::hash::{
     HashPolicies, HashPolicy as CoreHashPolicy, HashRequest, Peer, RequestHash,
 };
 use tether_core::http::set_cookie::CookieSpec;
-use tether_core::session::{Lookup, Session, SessionRequest};
-use tether_core::{KeyRing, SessionConfig};
 
 /// What the selector decided for one call.
 #[derive(Debug, Clone)]
@@ -51,10 +45,8 @@ pub struct CallConfig {
     /// The route's `max_stream_duration` (or the listener's): the call's
     /// deadline at the latest.
     pub timeout: Option<Duration>,
-    /// Index of the matched route in the virtual host.
-    pub route: usize,
-    /// The stateful session filter's work for this call, when it applies.
-    pub session: Option<SessionCall>,
+    /// The stateful session filter's config for this call, when it applies.
+    pub(crate) session: Option<SessionCall>,
     /// The fault injection configs for this call, one per fault filter in
     /// effect, in the listener's order; `None` without any.
     pub faults: Option<Arc<[FaultConfig]>>,
@@ -64,178 +56,6 @@ pub struct CallConfig {
     /// (a cookie policy with a ttl, the call without that cookie: Contour's
     /// `Cookie` strategy), for the response.
     pub hash_cookies: Vec<String>,
-}
-
-/// A call the stateful session filter applies to.
-#[derive(Debug, Clone)]
-pub struct SessionCall {
-    /// The session configuration in effect for the call's route and cluster.
-    pub session: Arc<Session>,
-    /// What the call's cookie says, shared with the session's other calls.
-    pub decoded: Arc<Decoded>,
-}
-
-impl SessionCall {
-    /// What the call's cookie says.
-    pub fn lookup(&self) -> &Lookup {
-        &self.decoded.lookup
-    }
-
-    /// The call attribute for `xds_override_host`: the cookie's addresses,
-    /// none (empty) without a session.
-    pub fn override_addresses(&self) -> Arc<[SocketAddr]> {
-        self.decoded.addresses.clone()
-    }
-}
-
-/// A session cookie's lookup with the address list the override policy
-/// takes, made once and shared by every call that sends the same cookie.
-#[derive(Debug)]
-pub struct Decoded {
-    /// The session decision for the cookie.
-    pub lookup: Lookup,
-    /// The cookie's addresses (empty without a session).
-    pub addresses: Arc<[SocketAddr]>,
-}
-
-impl Decoded {
-    fn new(lookup: Lookup) -> Self {
-        let addresses = lookup
-            .addresses()
-            .map_or_else(|| Arc::from([]), |a| Arc::from(a.as_slice()));
-        Decoded { lookup, addresses }
-    }
-}
-
-/// Shards of the lookup memo: calls of different sessions rarely share a lock.
-const MEMO_SHARDS: usize = 16;
-/// Cookies remembered per shard; a full shard starts over.
-const MEMO_PER_SHARD: usize = 256;
-
-/// The cookies this selector decoded recently, so that a session's calls
-/// decode its cookie once instead of on every call (base64, the payload,
-/// addresses, a MAC): keyed by the session configuration and the bytes of
-/// the call's one `cookie` header. Only cookies that pin are kept, and only
-/// until they expire; a cookie path, which makes the request path matter,
-/// or several `cookie` headers bypass it.
-#[derive(Debug, Default)]
-struct LookupMemo {
-    shards: [Mutex<MemoShard>; MEMO_SHARDS],
-    hasher: foldhash::fast::RandomState,
-}
-
-type MemoShard = HashMap<u64, MemoEntry, foldhash::fast::RandomState>;
-
-#[derive(Debug)]
-struct MemoEntry {
-    session: usize,
-    cookie: Box<[u8]>,
-    /// The cookie's expiry (epoch seconds): usable while now is not past it.
-    until: u64,
-    decoded: Arc<Decoded>,
-}
-
-impl LookupMemo {
-    fn key(&self, session: usize, cookie: &[u8]) -> (u64, usize) {
-        let hash = self.hasher.hash_one((session, cookie));
-        (hash, (hash as usize) % MEMO_SHARDS)
-    }
-
-    /// The memo of `cookie` under `session` and its expiry, unless it
-    /// expired by `now()` (read only for a cookie that expires: most never
-    /// do, and the clock costs more than the rest of a hit).
-    fn get(
-        &self,
-        session: usize,
-        cookie: &[u8],
-        now: impl FnOnce() -> u64,
-    ) -> Option<(Arc<Decoded>, u64)> {
-        let (hash, shard) = self.key(session, cookie);
-        let shard = self.shards[shard]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        shard
-            .get(&hash)
-            .filter(|e| e.session == session && *e.cookie == *cookie)
-            .filter(|e| e.until == u64::MAX || now() <= e.until)
-            .map(|e| (e.decoded.clone(), e.until))
-    }
-
-    fn put(&self, session: usize, cookie: &[u8], until: u64, decoded: Arc<Decoded>) {
-        let (hash, shard) = self.key(session, cookie);
-        let mut shard = self.shards[shard]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if shard.len() >= MEMO_PER_SHARD {
-            shard.clear();
-        }
-        shard.insert(
-            hash,
-            MemoEntry {
-                session,
-                cookie: cookie.into(),
-                until,
-                decoded,
-            },
-        );
-    }
-}
-
-/// The last cookie this thread looked up, in front of the shared memo: a
-/// session's calls on one thread (the common case) find it without
-/// hashing the cookie or taking a shard's lock.
-struct LastLookup {
-    /// Held, so that a session at the same address is this one.
-    session: Arc<Session>,
-    /// Held, so that a header at the same address holds the same bytes.
-    cookie: HeaderValue,
-    /// As in the memo (epoch seconds).
-    until: u64,
-    decoded: Arc<Decoded>,
-}
-
-thread_local! {
-    static LAST_LOOKUP: RefCell<Option<LastLookup>> = const { RefCell::new(None) };
-}
-
-/// The decoded `cookie` under `session` if this thread's last lookup was it.
-fn last_lookup(session: &Arc<Session>, cookie: &HeaderValue) -> Option<Arc<Decoded>> {
-    LAST_LOOKUP.with_borrow(|last| {
-        let last = last.as_ref()?;
-        let (a, b) = (last.cookie.as_bytes(), cookie.as_bytes());
-        // The same buffer (a cookie jar sends one header value over and
-        // over) is the same bytes without comparing them.
-        let same = (a.as_ptr() == b.as_ptr() && a.len() == b.len()) || a == b;
-        (Arc::ptr_eq(&last.session, session)
-            && same
-            && (last.until == u64::MAX || epoch_seconds() <= last.until))
-            .then(|| last.decoded.clone())
-    })
-}
-
-fn remember_lookup(
-    session: &Arc<Session>,
-    cookie: Option<&HeaderValue>,
-    until: u64,
-    decoded: &Arc<Decoded>,
-) {
-    if let Some(cookie) = cookie {
-        LAST_LOOKUP.set(Some(LastLookup {
-            session: session.clone(),
-            cookie: cookie.clone(),
-            until,
-            decoded: decoded.clone(),
-        }));
-    }
-}
-
-/// The session configurations of one route, resolved once per update.
-#[derive(Debug, Default)]
-struct RouteSessions {
-    /// The route's own (route > virtual host > listener).
-    route: Option<Arc<Session>>,
-    /// Per weighted-cluster entry, where the entry overrides it.
-    entries: Vec<Option<Option<Arc<Session>>>>,
 }
 
 /// The fault injection configs of one route, resolved once per update.
@@ -253,8 +73,8 @@ pub struct ConfigSelector {
     virtual_host: VirtualHost,
     /// Each route's hash policies in tether-core's form (empty: none).
     hash_policies: Vec<HashPolicies>,
-    /// Each route's stateful session configurations.
-    sessions: Vec<RouteSessions>,
+    /// The stateful session filter's state for these routes.
+    sessions: Sessions,
     /// Each route's fault injection configs.
     faults: Vec<RouteFaults>,
     /// Each route's retry policy.
@@ -262,10 +82,6 @@ pub struct ConfigSelector {
     /// The listener's `max_stream_duration`, for routes without their own.
     default_timeout: Option<Duration>,
     clusters: HashMap<String, Arc<ClusterRef>>,
-    /// Session cookies decoded by earlier calls.
-    memo: LookupMemo,
-    /// The channel's target and its cookie notes.
-    notes: (String, Arc<CookieNotes>),
 }
 
 impl ConfigSelector {
@@ -293,7 +109,7 @@ impl ConfigSelector {
                 _ => Ok(None),
             })
             .collect::<Result<Vec<_>, String>>()?;
-        let sessions = route_sessions(&virtual_host, http_filters, options);
+        let sessions = Sessions::new(&virtual_host, http_filters, options);
         let faults = route_faults(&virtual_host, http_filters);
         let hash_policies = virtual_host
             .routes
@@ -311,60 +127,13 @@ impl ConfigSelector {
             virtual_host,
             default_timeout,
             clusters,
-            memo: LookupMemo::default(),
-            notes: Default::default(),
         })
     }
 
     /// The selector noting cookies in the channel `target`'s `notes`.
     pub(crate) fn with_notes(mut self, target: String, notes: Arc<CookieNotes>) -> Self {
-        self.notes = (target, notes);
+        self.sessions = self.sessions.with_notes(target, notes);
         self
-    }
-
-    /// What the call's cookie says under `session`, from the memo when an
-    /// earlier call sent the same cookie.
-    fn lookup(&self, session: &Arc<Session>, path: &str, headers: &HeaderMap) -> Arc<Decoded> {
-        let mut values = headers.get_all(http::header::COOKIE).iter();
-        let header = match (values.next(), values.next()) {
-            (Some(v), None) if !session.reads_path() => Some(v),
-            _ => None,
-        };
-        if let Some(decoded) = header.and_then(|v| last_lookup(session, v)) {
-            self.note(&decoded);
-            return decoded;
-        }
-        let one = header.map(HeaderValue::as_bytes);
-        let id = Arc::as_ptr(session) as usize;
-        if let Some((decoded, until)) = one.and_then(|c| self.memo.get(id, c, epoch_seconds)) {
-            remember_lookup(session, header, until, &decoded);
-            self.note(&decoded);
-            return decoded;
-        }
-        let cookies: Vec<&str> = headers
-            .get_all(http::header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect();
-        let request = SessionRequest {
-            path,
-            cookies: &cookies,
-            header: None,
-        };
-        let decoded = Arc::new(Decoded::new(session.lookup(&request, epoch_seconds())));
-        if let (Some(cookie), Lookup::Pinned(pin)) = (one, &decoded.lookup) {
-            let until = pin.cookie.expires.unwrap_or(u64::MAX);
-            self.memo.put(id, cookie, until, decoded.clone());
-            remember_lookup(session, header, until, &decoded);
-        }
-        self.note(&decoded);
-        decoded
-    }
-
-    fn note(&self, decoded: &Decoded) {
-        if let Lookup::Pinned(pin) = &decoded.lookup {
-            self.notes.1.pinned(&self.notes.0, pin);
-        }
     }
 
     /// The virtual host in use.
@@ -394,11 +163,7 @@ impl ConfigSelector {
                 "Matching route has inappropriate action",
             ));
         };
-        let sessions = &self.sessions[index];
-        let lookup = sessions
-            .route
-            .as_ref()
-            .map(|s| self.lookup(s, path, headers));
+        let lookup = self.sessions.lookup(index, path, headers);
         // A60: the cluster a session names, when the route lists it.
         let named = lookup.as_ref().and_then(|d| d.lookup.cluster());
         let (name, entry) = match &action.clusters {
@@ -415,14 +180,7 @@ impl ConfigSelector {
             Some(overridden) => overridden,
             None => faults.route.clone(),
         };
-        let session = match entry.and_then(|i| sessions.entries.get(i).cloned().flatten()) {
-            Some(overridden) => overridden,
-            None => sessions.route.clone(),
-        };
-        let session = session
-            .zip(lookup)
-            .filter(|(_, d)| d.lookup != Lookup::Bypass)
-            .map(|(session, decoded)| SessionCall { session, decoded });
+        let session = self.sessions.call(index, entry, lookup);
         let cluster = self.clusters.get(name).cloned().ok_or_else(|| {
             Status::internal(format!(
                 "route {index} names cluster {name:?}, which has no handle"
@@ -474,7 +232,6 @@ impl ConfigSelector {
                 .max_stream_duration
                 .or(self.default_timeout)
                 .filter(|d| !d.is_zero()),
-            route: index,
             hash_cookies,
         })
     }
@@ -565,116 +322,6 @@ fn weighted_choice(entries: &[ClusterWeight]) -> usize {
     entries.len() - 1
 }
 
-/// Seconds since the Unix epoch (cookie expiry), from the coarse clock:
-/// cookie expiries are whole seconds, and the precise clock costs about as
-/// much as the rest of a pinned call's session work.
-pub(crate) fn epoch_seconds() -> u64 {
-    coarsetime::Clock::now_since_epoch().as_secs()
-}
-
-/// How the channel writes session cookies (it reads every format).
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct SessionOptions {
-    /// The format written: C-core's by default (byte-identical, so grpcio
-    /// clients of the same control plane read it), or Envoy's (stock Envoy's
-    /// stateful session filter reads it), or legacy.
-    pub format: Format,
-    /// Signing keys (Envoy format only): the first signs, all verify.
-    pub keys: KeyRing,
-    /// With keys, still honour unsigned cookies (and upgrade them).
-    pub accept_unsigned: bool,
-}
-
-impl SessionOptions {
-    /// Cookies written in `format`, unsigned.
-    pub fn new(format: Format) -> Self {
-        SessionOptions {
-            format,
-            ..SessionOptions::default()
-        }
-    }
-}
-
-impl Default for SessionOptions {
-    fn default() -> Self {
-        SessionOptions {
-            format: Format::Grpc,
-            keys: KeyRing::empty(),
-            accept_unsigned: false,
-        }
-    }
-}
-
-/// A session configuration as the channel runs it, with `options`.
-fn session_for(state: &SessionState, options: &SessionOptions) -> Option<Arc<Session>> {
-    let spec = state.cookie.clone()?;
-    let mut config = SessionConfig::cookie(spec);
-    config.format = options.format;
-    config.keys = options.keys.clone();
-    config.accept_unsigned = options.accept_unsigned;
-    match Session::new(config) {
-        Ok(s) => Some(Arc::new(s)),
-        Err(e) => {
-            log::warn!("stateful session config left out: {e}");
-            None
-        }
-    }
-}
-
-/// Each route's session configurations: the listener's first stateful
-/// session filter, overridden per virtual host, route and weighted-cluster
-/// entry (most specific wins; `disabled` turns it off).
-fn route_sessions(
-    vh: &VirtualHost,
-    filters: &[HttpFilter],
-    options: &SessionOptions,
-) -> Vec<RouteSessions> {
-    let Some((name, base)) = filters.iter().find_map(|f| match &f.config {
-        FilterConfig::StatefulSession(s) => Some((f.name.as_str(), s)),
-        _ => None,
-    }) else {
-        return vh.routes.iter().map(|_| RouteSessions::default()).collect();
-    };
-    // An override of another filter's type under this name is left out:
-    // the scope above stays in effect.
-    let resolve = |o: &FilterOverride, above: &Option<Arc<Session>>| match o {
-        FilterOverride::Disabled | FilterOverride::Session(SessionOverride::Disabled) => None,
-        FilterOverride::Session(SessionOverride::Enabled(s)) => session_for(s, options),
-        _ => above.clone(),
-    };
-    let base = session_for(base, options);
-    let vh_level = match vh.filter_overrides.get(name) {
-        Some(o) => resolve(o, &base),
-        None => base,
-    };
-    vh.routes
-        .iter()
-        .map(|r| {
-            let route = match r.filter_overrides.get(name) {
-                Some(o) => resolve(o, &vh_level),
-                None => vh_level.clone(),
-            };
-            let entries = weighted_entries(r)
-                .iter()
-                .map(|w| w.filter_overrides.get(name).map(|o| resolve(o, &route)))
-                .collect();
-            RouteSessions { route, entries }
-        })
-        .collect()
-}
-
-/// A route's weighted-cluster entries (none for a single cluster).
-fn weighted_entries(r: &crate::xds::resource::route::Route) -> &[ClusterWeight] {
-    match &r.action {
-        Action::Route(RouteAction {
-            clusters: ClusterSpecifier::Weighted(ws),
-            ..
-        }) => ws,
-        _ => &[],
-    }
-}
-
 /// Each route's fault injection configs: for each fault filter of the
 /// listener, its config overridden per virtual host, route and
 /// weighted-cluster entry (most specific wins; `disabled` turns it off;
@@ -716,7 +363,8 @@ fn route_faults(vh: &VirtualHost, filters: &[HttpFilter]) -> Vec<RouteFaults> {
         .map(|r| {
             let route_scope = apply(&vh_level, &r.filter_overrides);
             let route = list(&route_scope);
-            let entries = weighted_entries(r)
+            let entries = r
+                .weighted_clusters()
                 .iter()
                 .map(|w| {
                     let overrides_one = names
@@ -793,10 +441,8 @@ fn fold(s: &str, ignore_case: bool) -> std::borrow::Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::xds::resource::listener::SessionOverride;
     use crate::xds::resource::route::Pattern;
-
-    /// A C-core cookie for 127.0.0.1:443 in cluster_1: it pins.
-    const PINNED: &str = "s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE=";
 
     fn matcher(
         path: PathMatcher,
@@ -1164,97 +810,6 @@ mod tests {
         assert!(again.hash_cookies.is_empty());
         // A route without policies computes nothing.
         assert_eq!(hash(&selector_with(vec![]), &[("x-a", "foo")]), None);
-    }
-
-    fn session(path: &str) -> Arc<Session> {
-        let spec = CookieSpec::new("s", path, Duration::from_secs(60), vec![]).unwrap();
-        Arc::new(Session::new(SessionConfig::cookie(spec)).unwrap())
-    }
-
-    fn cookie_headers(values: &[&str]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
-        for v in values {
-            headers.append(http::header::COOKIE, v.parse().unwrap());
-        }
-        headers
-    }
-
-    #[test]
-    fn a_sessions_calls_share_one_decoded_cookie() {
-        let sel = selector_with(vec![]);
-        let s = session("/");
-        let pinned = cookie_headers(&["a=1; s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE="]);
-        let first = sel.lookup(&s, "/svc/M", &pinned);
-        assert!(matches!(first.lookup, Lookup::Pinned(_)), "{first:?}");
-        assert_eq!(first.addresses[..], ["127.0.0.1:443".parse().unwrap()]);
-        let again = sel.lookup(&s, "/svc/Other", &pinned);
-        assert!(Arc::ptr_eq(&first, &again), "decoded once");
-        // Another session configuration decodes for itself.
-        let other = session("/");
-        assert!(!Arc::ptr_eq(&first, &sel.lookup(&other, "/svc/M", &pinned)));
-        // Another cookie, or the same one in two headers: decoded anew.
-        let moved = cookie_headers(&["s=MTI3LjAuMC4xOjQ0NDtjbHVzdGVyXzE="]);
-        let d = sel.lookup(&s, "/svc/M", &moved);
-        assert_eq!(d.addresses[..], ["127.0.0.1:444".parse().unwrap()]);
-        let split = cookie_headers(&["a=1", "s=MTI3LjAuMC4xOjQ0MztjbHVzdGVyXzE="]);
-        let d = sel.lookup(&s, "/svc/M", &split);
-        assert!(!Arc::ptr_eq(&first, &d));
-        assert_eq!(d.lookup, first.lookup);
-        // Misses are not kept: garbage is decoded (and refused) each time.
-        let garbage = cookie_headers(&["s=!!"]);
-        let d = sel.lookup(&s, "/svc/M", &garbage);
-        assert!(matches!(d.lookup, Lookup::Miss(_)));
-        assert!(!Arc::ptr_eq(&d, &sel.lookup(&s, "/svc/M", &garbage)));
-    }
-
-    #[test]
-    fn a_cookie_path_or_an_expiry_bypasses_the_memo() {
-        let sel = selector_with(vec![]);
-        // With a cookie path the request path decides: never from the memo.
-        let gated = session("/svc");
-        let pinned = cookie_headers(&[PINNED]);
-        let inside = sel.lookup(&gated, "/svc/M", &pinned);
-        assert!(matches!(inside.lookup, Lookup::Pinned(_)));
-        assert_eq!(
-            sel.lookup(&gated, "/other/M", &pinned).lookup,
-            Lookup::Bypass
-        );
-        // An expired cookie kept in the memo is not served from it.
-        let s = session("/");
-        let expired = Arc::new(Decoded::new(sel.lookup(&s, "/", &pinned).lookup.clone()));
-        let id = Arc::as_ptr(&s) as usize;
-        let bytes = pinned.get(http::header::COOKIE).unwrap().as_bytes();
-        sel.memo
-            .put(id, bytes, epoch_seconds() - 10, expired.clone());
-        assert!(sel.memo.get(id, bytes, epoch_seconds).is_none());
-        LAST_LOOKUP.set(None);
-        assert!(!Arc::ptr_eq(&expired, &sel.lookup(&s, "/", &pinned)));
-    }
-
-    #[test]
-    fn a_threads_last_lookup_serves_the_same_session_and_cookie_only() {
-        let sel = selector_with(vec![]);
-        let s = session("/");
-        let pinned = cookie_headers(&[PINNED]);
-        let first = sel.lookup(&s, "/", &pinned);
-        assert!(matches!(first.lookup, Lookup::Pinned(_)));
-        // The same bytes in another buffer, and the same buffer: both hit.
-        let copy = cookie_headers(&[PINNED]);
-        assert!(Arc::ptr_eq(&first, &sel.lookup(&s, "/", &copy)));
-        assert!(Arc::ptr_eq(&first, &sel.lookup(&s, "/", &pinned)));
-        // Another cookie, or the same cookie under another session: not it.
-        let other = cookie_headers(&["s=MTI3LjAuMC4yOjQ0MztjbHVzdGVyXzE="]);
-        let second = sel.lookup(&s, "/", &other);
-        assert_ne!(second.addresses, first.addresses);
-        let s2 = session("/");
-        let under_s2 = sel.lookup(&s2, "/", &pinned);
-        assert!(!Arc::ptr_eq(&first, &under_s2));
-        // A remembered lookup past its expiry is not served.
-        let value = pinned.get(http::header::COOKIE).unwrap();
-        remember_lookup(&s, Some(value), epoch_seconds() - 10, &first);
-        assert!(last_lookup(&s, value).is_none());
-        remember_lookup(&s, Some(value), epoch_seconds() + 60, &first);
-        assert!(last_lookup(&s, value).is_some());
     }
 
     #[test]

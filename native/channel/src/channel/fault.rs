@@ -14,6 +14,7 @@ use tonic::{Code, Status};
 
 use super::config_selector::header_value;
 use super::deadline::sleep_within;
+use crate::filter::{Answered, Call, Filter};
 use crate::lb::random;
 use crate::xds::resource::fault::{
     code_of_number, AbortSource, DelaySource, FaultConfig, Fraction, ABORT_GRPC_STATUS_HEADER,
@@ -170,6 +171,35 @@ pub(crate) async fn inject(
         }
     }
     Ok(())
+}
+
+/// The fault injection filter on the call path: its config for a call is
+/// the route's fault configs, one per fault filter of the listener.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FaultInjection;
+
+impl Filter for FaultInjection {
+    type Config = [FaultConfig];
+
+    async fn on_request(
+        &self,
+        faults: &[FaultConfig],
+        call: &mut Call,
+        request: &http::request::Parts,
+    ) -> Result<(), Status> {
+        call.waited = true;
+        Box::pin(inject(faults, &request.headers, call.deadline)).await
+    }
+
+    /// Nothing: an injected fault ends the call before any response.
+    fn on_response(
+        &self,
+        _faults: &[FaultConfig],
+        _call: &Call,
+        _answered: &Answered<'_>,
+        _response: &mut http::response::Parts,
+    ) {
+    }
 }
 
 #[cfg(test)]

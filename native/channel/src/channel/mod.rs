@@ -10,22 +10,30 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The data path (request → config selector → LB tree → subchannel):
+//! The data path (request → config selector → filters → retry → LB pick →
+//! subchannel), in the order gRPC C-core's client channel runs it:
 //! - `resolver` follows the listener's xDS graph into a [`ChannelConfig`]
 //!   (or a [`StaticConfig`] gives one without a control plane);
 //! - `work_serializer` is the channel's one LB task: it runs the tree of
 //!   [`crate::lb`] policies and publishes immutable snapshots;
-//! - [`config_selector`] matches each call to a route and a cluster;
-//! - [`retry`] holds the route's retry policy (A44) that [`call`] follows;
-//! - [`call`] picks a subchannel (queueing while none can be picked) and
-//!   sends the call on its HTTP/2 connection ([`crate::subchannel`]).
+//! - [`call`] runs one call: the config selector (`config_selector`)
+//!   matches it to a route and a cluster, then the filters
+//!   (`crate::filter`) run in order: [`fault`] injection (A33), the
+//!   stateful session ([`crate::session`], A55);
+//! - the retry filter (`attempts`) makes the call's attempts, with
+//!   the route's [`retry`] policy (A44) and gRPC's transparent retries;
+//! - each attempt is a pick (`pick`: queueing while none can be picked)
+//!   and a send on the subchannel's HTTP/2 connection (`attempt`,
+//!   [`crate::subchannel`]).
 
+mod attempt;
+mod attempts;
 pub mod call;
 pub mod config;
-pub mod config_selector;
-mod cookie_notes;
+pub(crate) mod config_selector;
 mod deadline;
 pub mod fault;
+mod pick;
 mod replay;
 mod resolver;
 pub mod retry;
@@ -45,13 +53,13 @@ use tokio::task::AbortHandle;
 use crate::credentials::{ProviderStore, TlsConfig};
 pub use crate::lb::wrr_locality::EndpointPolicy;
 use crate::lb::{ConnectivityState, Event, PolicyStats};
+pub use crate::session::SessionOptions;
 use crate::subchannel::{KeepaliveOptions, SubchannelOptions, SubchannelPool};
 use crate::xds::bootstrap::{Bootstrap, BootstrapError};
 use crate::xds::client::ClientOptions;
 use crate::xds::XdsClient;
 pub use call::{Attempts, PickedPeer};
 pub use config::{ChannelConfig, StaticConfig, StaticConfigError, StaticEndpoint};
-pub use config_selector::SessionOptions;
 pub use target::{Target, TargetProblem};
 use work_serializer::{Control, Shared, WorkSerializer};
 

@@ -5,6 +5,9 @@
 //! `num_retries + 1` attempts and never more than 5; the server's
 //! `grpc-retry-pushback-ms` replaces the backoff or stops the retries; each
 //! retry tells the server how many attempts came before it.
+//!
+//! This module holds the route's policy, the backoff and the server's
+//! pushback; the retry filter that makes a call's attempts is `attempts`.
 
 use std::time::Duration;
 

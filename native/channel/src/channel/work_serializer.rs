@@ -12,11 +12,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
 use super::config::ChannelConfig;
-use super::config_selector::{ConfigSelector, SessionOptions};
-use super::cookie_notes::CookieNotes;
+use super::config_selector::ConfigSelector;
 use super::{ChannelStats, ClusterRef};
 use crate::lb::cluster_manager::{self, ClusterManager};
 use crate::lb::{cds, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, SharedPicker};
+use crate::session::notes::CookieNotes;
+use crate::session::SessionOptions;
 use crate::subchannel::SubchannelPool;
 
 /// Events the LB task handles before it publishes; a control message

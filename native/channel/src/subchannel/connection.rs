@@ -14,6 +14,7 @@
 //! connection that can no longer answer it.
 
 use std::fmt;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -62,26 +63,32 @@ impl Connection {
     }
 
     /// Sends one request on this connection (waits for stream capacity
-    /// first: hyper holds it until the peer's stream limit allows).
-    pub async fn send(
+    /// first: hyper holds it until the peer's stream limit allows). A
+    /// plain function around an `async` block: the block holds the request
+    /// once (an `async fn` would also keep a moved-from copy), and this
+    /// future sits inside every call's.
+    pub fn send(
         &self,
         request: http::Request<Body>,
-    ) -> Result<http::Response<Incoming>, SendError> {
+    ) -> impl Future<Output = Result<http::Response<Incoming>, SendError>> + Send + 'static {
         let mut sender = self.sender.clone();
-        if let Err(error) = sender.ready().await {
-            return Err(SendError {
-                error,
-                unsent: Some(request),
-            });
-        }
-        log::trace!("subchannel {}: sending {}", self.address, request.uri());
-        sender.try_send_request(request).await.map_err(|mut e| {
-            let unsent = e.take_message();
-            SendError {
-                error: e.into_error(),
-                unsent,
+        let address = self.address;
+        async move {
+            if let Err(error) = sender.ready().await {
+                return Err(SendError {
+                    error,
+                    unsent: Some(request),
+                });
             }
-        })
+            log::trace!("subchannel {address}: sending {}", request.uri());
+            sender.try_send_request(request).await.map_err(|mut e| {
+                let unsent = e.take_message();
+                SendError {
+                    error: e.into_error(),
+                    unsent,
+                }
+            })
+        }
     }
 }
 

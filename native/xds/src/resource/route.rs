@@ -55,6 +55,20 @@ pub struct Route {
     pub filter_overrides: FilterOverrides,
 }
 
+impl Route {
+    /// The route's weighted-cluster entries (none when it names one
+    /// cluster or does not forward).
+    pub fn weighted_clusters(&self) -> &[ClusterWeight] {
+        match &self.action {
+            Action::Route(RouteAction {
+                clusters: ClusterSpecifier::Weighted(entries),
+                ..
+            }) => entries,
+            _ => &[],
+        }
+    }
+}
+
 /// A compiled regular expression that remembers its source.
 #[derive(Debug, Clone)]
 pub struct Pattern {

@@ -1,6 +1,6 @@
 //! What a channel notices about the session cookies its calls carry: cookies
 //! stock Envoy's cookie session state would not read
-//! (`tether_core::cookie::readers`), counted for [`super::ChannelStats`] and
+//! (`tether_core::cookie::readers`), counted for [`crate::ChannelStats`] and
 //! logged once per address.
 
 use std::collections::HashSet;
