@@ -3,6 +3,7 @@
 //! - [`envoy`]: a real Envoy process started from a YAML config, killed on drop;
 //! - [`backend`]: HTTP backends that answer with who they are;
 //! - [`client`]: a minimal HTTP/1.1 client that shows every response header;
+//! - [`dns`]: an in-process DNS server whose records the test changes;
 //! - `grpc` (feature `grpc`): gRPC backends serving the demo Echo service,
 //!   whose replies say which backend answered;
 //! - [`grpcio`]: gRPC C-core (PyPI `grpcio`) as a peer, through the xDS
@@ -16,6 +17,7 @@
 
 pub mod backend;
 pub mod client;
+pub mod dns;
 pub mod envoy;
 pub mod graceful_socket;
 #[cfg(feature = "grpc")]

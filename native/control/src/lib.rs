@@ -1,6 +1,9 @@
 //! tether's control plane: an ADS management server that serves snapshots
 //! translated from a YAML file a person writes.
 //!
+//! - [`dns`]: endpoints written as `NAME:PORT`: resolving the names,
+//!   keeping the last good addresses through DNS trouble, draining the
+//!   addresses that leave an answer.
 //! - [`fault`]: a route's fault injection (gRFC A33) and its `HTTPFault`.
 //! - [`mod@retry`]: a route's retry policy (gRFC A44) and its `RetryPolicy`.
 //! - [`model`]: the YAML schema (services, endpoints, virtual hosts, routes,
@@ -16,6 +19,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod dns;
 pub mod fault;
 pub mod model;
 pub mod retry;
@@ -26,5 +30,5 @@ pub mod watch;
 
 pub use model::{Config, ModelError, Overrides};
 pub use server::{ControlPlane, Snapshot};
-pub use translate::{translate, Flavor, Translated};
+pub use translate::{translate, translate_with, Flavor, Translated};
 pub use watch::{LoadError, Reload, Reloader};

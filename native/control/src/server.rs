@@ -2,7 +2,9 @@
 //! stream tracks, per type, what the client subscribed to (named resources,
 //! or everything for a wildcard LDS/CDS request) and what it last sent, and
 //! pushes a new response whenever a new snapshot changes what that client
-//! should have. The node's `user_agent_name` chooses the flavor: `envoy`
+//! should have: every resource for LDS and CDS (their responses list them
+//! all), only the changed ones for RDS and EDS (a client keeps the others,
+//! with the version it got them in). The node's `user_agent_name` chooses the flavor: `envoy`
 //! gets Envoy's resources (its own when `envoy.nodes` lists its node ID),
 //! anything else the proxyless ones.
 
@@ -324,11 +326,27 @@ impl AdsStream {
         if selected.is_empty() && !sub.wildcard && sub.names.is_empty() && sub.sent.is_none() {
             return Ok(());
         }
-        sub.sent = Some(selected.clone());
+        // RDS and EDS responses need not carry every subscribed resource
+        // (clients keep those left out): only the ones that changed go, so
+        // a client's unchanged ClusterLoadAssignments keep their version.
+        let resources: Vec<Any> = match &sub.sent {
+            Some(sent) if !kind.all_in_each_response() => selected
+                .iter()
+                .filter(|(name, any)| sent.get(*name) != Some(*any))
+                .map(|(_, any)| any.clone())
+                .collect(),
+            _ => selected.values().cloned().collect(),
+        };
+        let partial = sub.sent.is_some() && !kind.all_in_each_response();
+        sub.sent = Some(selected);
+        if partial && resources.is_empty() {
+            // Only unsubscribed or deleted ones differ: nothing to say.
+            return Ok(());
+        }
         self.nonce += 1;
         let resp = DiscoveryResponse {
             version_info: snapshot.version.to_string(),
-            resources: selected.into_values().collect(),
+            resources,
             type_url: type_url.to_owned(),
             nonce: self.nonce.to_string(),
             ..Default::default()

@@ -55,6 +55,7 @@
 //! Envoy 1.40 sees an aggregate child as a cluster without hosts and skips it.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::cluster::v3 as cpb;
@@ -87,8 +88,12 @@ use super::model::{
     SessionClusterSettings, SessionFilter, SessionSpec, Strategy,
 };
 use tether_xds::lb_config::weighted_round_robin::Settings as WrrSettings;
+use tether_xds::resource::endpoint::HealthStatus;
 use tether_xds::resource::typed_struct::TypedStruct;
 use tether_xds::resource::{pack, ResourceKind};
+
+use crate::dns::Resolved;
+use crate::model::AddressField;
 
 use crate::fault::FAULT_FILTER;
 
@@ -277,18 +282,26 @@ fn socket(addr: std::net::SocketAddr) -> core::Address {
     }
 }
 
-/// Translates a validated model.
+/// Translates a validated model. Endpoints written as `NAME:PORT` give
+/// none: [`translate_with`] takes their addresses.
 pub fn translate(config: &Config) -> Translated {
-    let mut out = translate_for(config);
+    translate_with(config, &Resolved::default())
+}
+
+/// Translates a validated model whose names resolve to `resolved`: each
+/// address of an endpoint's name is an endpoint with the entry's weight,
+/// health, priority and locality, DRAINING while it drains.
+pub fn translate_with(config: &Config, resolved: &Resolved) -> Translated {
+    let mut out = translate_for(config, resolved);
     for node in &config.envoy.nodes {
-        let own = translate_for(&config.for_envoy_node(node));
+        let own = translate_for(&config.for_envoy_node(node), resolved);
         out.envoy_nodes.insert(node.id.clone(), own.envoy);
     }
     out
 }
 
 /// Translates a model for every client but the Envoys of `envoy.nodes`.
-fn translate_for(config: &Config) -> Translated {
+fn translate_for(config: &Config, resolved: &Resolved) -> Translated {
     let mut out = Translated::default();
     let uses_session = config
         .virtualhosts
@@ -409,7 +422,7 @@ fn translate_for(config: &Config) -> Translated {
 
     // Endpoints: shared; an aggregate has none.
     for s in config.services.iter().filter(|s| !s.is_aggregate()) {
-        let cla = pack(&load_assignment(s));
+        let cla = pack(&load_assignment(s, resolved));
         for r in [&mut out.envoy, &mut out.proxyless] {
             r.entry(ResourceKind::Endpoints)
                 .or_default()
@@ -1197,30 +1210,74 @@ fn aggregate_cluster(
     }
 }
 
-fn load_assignment(spec: &ServiceSpec) -> epb::ClusterLoadAssignment {
+fn load_assignment(spec: &ServiceSpec, resolved: &Resolved) -> epb::ClusterLoadAssignment {
     // (priority, locality) → endpoints, in first-seen order per key.
     let mut groups: BTreeMap<(u32, String), Vec<epb::LbEndpoint>> = BTreeMap::new();
+    // An address served once per service: two names (or a name and an IP)
+    // may resolve to the same one, and gRPC refuses an EDS resource that
+    // lists an address twice (A61). The first entry keeps it.
+    let mut seen: BTreeSet<SocketAddr> = BTreeSet::new();
     for e in &spec.endpoints {
-        let lb = epb::LbEndpoint {
-            health_status: e.health.0.as_i32(),
-            load_balancing_weight: Some(pb::UInt32Value { value: e.weight }),
-            host_identifier: Some(epb::lb_endpoint::HostIdentifier::Endpoint(epb::Endpoint {
-                address: Some(socket(e.address)),
-                additional_addresses: e
-                    .additional_addresses
-                    .iter()
-                    .map(|a| epb::endpoint::AdditionalAddress {
-                        address: Some(socket(*a)),
-                    })
-                    .collect(),
-                ..Default::default()
-            })),
-            ..Default::default()
+        // (address, draining) for each endpoint the entry makes.
+        let primaries: Vec<(SocketAddr, bool)> = match &e.address {
+            AddressField::Name { host, port } => resolved
+                .addresses(host)
+                .iter()
+                .map(|r| (SocketAddr::new(r.ip, *port), r.draining))
+                .collect(),
+            other => other.ip().map(|a| (a, false)).into_iter().collect(),
         };
-        groups
-            .entry((e.priority, e.locality.clone()))
-            .or_default()
-            .push(lb);
+        let additional: Vec<SocketAddr> = e
+            .additional_addresses
+            .iter()
+            .flat_map(|a| match a {
+                AddressField::Name { host, port } => resolved
+                    .addresses(host)
+                    .iter()
+                    .map(|r| SocketAddr::new(r.ip, *port))
+                    .collect(),
+                other => other.ip().into_iter().collect::<Vec<_>>(),
+            })
+            .collect();
+        for (address, draining) in primaries {
+            if !seen.insert(address) {
+                log::warn!(
+                    "service {:?}: {address} (from {}) is already an endpoint of the service; served once",
+                    spec.name,
+                    e.address
+                );
+                continue;
+            }
+            let additional: Vec<SocketAddr> = additional
+                .iter()
+                .copied()
+                .filter(|a| seen.insert(*a))
+                .collect();
+            let health = if draining {
+                HealthStatus::Draining
+            } else {
+                e.health.0
+            };
+            let lb = epb::LbEndpoint {
+                health_status: health.as_i32(),
+                load_balancing_weight: Some(pb::UInt32Value { value: e.weight }),
+                host_identifier: Some(epb::lb_endpoint::HostIdentifier::Endpoint(epb::Endpoint {
+                    address: Some(socket(address)),
+                    additional_addresses: additional
+                        .into_iter()
+                        .map(|a| epb::endpoint::AdditionalAddress {
+                            address: Some(socket(a)),
+                        })
+                        .collect(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            };
+            groups
+                .entry((e.priority, e.locality.clone()))
+                .or_default()
+                .push(lb);
+        }
     }
     epb::ClusterLoadAssignment {
         cluster_name: spec.name.clone(),

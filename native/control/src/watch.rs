@@ -2,14 +2,22 @@
 //! every poll interval) and on SIGHUP. A file that does not parse or validate
 //! is rejected with an error naming the field and, where the field is
 //! written in the file, its line; the last good snapshot keeps being served.
+//! The endpoints' DNS names are resolved here too: a new name before its
+//! file is served (one that does not resolve rejects the file, naming the
+//! field and the answer), then each when it is due, the file translated
+//! again when an address changed.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::model::{Config, ModelError, Overrides};
+use tokio::sync::watch;
+
+use super::dns::{Answer, DnsSettings, DnsStatus, Lookup, NameState, Names, Resolved};
+use super::model::{Config, ModelError, NameUse, Overrides};
 use super::server::ControlPlane;
-use super::translate::translate;
+use super::translate::{translate_with, Translated};
 
 /// Why a configuration file could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,13 +81,32 @@ pub enum Reload {
     Rejected(LoadError),
 }
 
-/// Watches one file and publishes its translation to a control plane.
+/// Watches one file and publishes its translation to a control plane; it
+/// also resolves the names the endpoints use and publishes their changes.
 #[derive(Debug)]
 pub struct Reloader {
     path: PathBuf,
     plane: ControlPlane,
     last_text: Option<String>,
     overrides: Overrides,
+    /// The file being served, translated again when a name's addresses
+    /// change.
+    config: Option<Config>,
+    names: Names,
+    settings: DnsSettings,
+    /// The resolver of the refreshes, made on the runtime that runs them.
+    lookup: Option<Lookup>,
+    /// The addresses last translated.
+    published: Resolved,
+    status: watch::Sender<DnsStatus>,
+}
+
+/// A new file, parsed, with the names it adds.
+struct Candidate {
+    config: Config,
+    text: String,
+    settings: DnsSettings,
+    new_names: Vec<NameUse>,
 }
 
 impl Reloader {
@@ -91,21 +118,28 @@ impl Reloader {
 
     /// As [`Reloader::start`], with `overrides` (command-line settings)
     /// applied to every version of the file.
+    ///
+    /// When endpoints are written as `NAME:PORT`, the names are resolved
+    /// first, on a thread of their own, and this waits for the answers
+    /// (bounded by `dns.timeout`); a name that does not resolve fails the
+    /// start. Called from a runtime's task, that task's worker waits too.
     pub fn start_with(
         path: &Path,
         overrides: Overrides,
     ) -> Result<(ControlPlane, Reloader), LoadError> {
         let (config, text) = load_with(path, &overrides)?;
-        let plane = ControlPlane::new(translate(&config));
-        Ok((
-            plane.clone(),
-            Reloader {
-                path: path.to_owned(),
-                plane,
-                last_text: Some(text),
-                overrides,
-            },
-        ))
+        let mut reloader = Reloader {
+            last_text: Some(text.clone()),
+            overrides,
+            // The plane is replaced below by the one serving the file's
+            // first version.
+            ..Reloader::new(path, ControlPlane::new(Translated::default()))
+        };
+        let candidate = reloader.candidate(config, text);
+        let answers = resolve_blocking(&candidate.settings, &hosts(&candidate.new_names));
+        let plane = ControlPlane::new(reloader.adopt(candidate, answers)?);
+        reloader.plane = plane.clone();
+        Ok((plane, reloader))
     }
 
     /// Wraps an existing control plane; the first [`Reloader::reload`] loads the file.
@@ -115,39 +149,199 @@ impl Reloader {
             plane,
             last_text: None,
             overrides: Overrides::default(),
+            config: None,
+            names: Names::new(),
+            settings: DnsSettings::default(),
+            lookup: None,
+            published: Resolved::default(),
+            status: watch::channel(DnsStatus::new()).0,
         }
     }
 
-    /// Re-reads the file; publishes it when its content changed and is valid.
+    /// Where each name the file uses stands (its addresses, failures, an
+    /// outage), updated after every resolution; for operators and tests.
+    pub fn dns_status(&self) -> watch::Receiver<DnsStatus> {
+        self.status.subscribe()
+    }
+
+    /// Re-reads the file; publishes it when its content changed and is
+    /// valid. New names are resolved first, as in [`Reloader::start_with`].
     pub fn reload(&mut self) -> Reload {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(t) => t,
-            Err(e) => {
-                return Reload::Rejected(LoadError::Io {
-                    path: self.path.clone(),
-                    message: e.to_string(),
-                })
+        let candidate = match self.read() {
+            Ok(Some(c)) => c,
+            Ok(None) => return Reload::Unchanged,
+            Err(e) => return Reload::Rejected(e),
+        };
+        let answers = resolve_blocking(&candidate.settings, &hosts(&candidate.new_names));
+        match self.adopt(candidate, answers) {
+            Ok(t) => Reload::Published(self.plane.publish(t)),
+            Err(e) => Reload::Rejected(e),
+        }
+    }
+
+    /// As [`Reloader::reload`], resolving new names on this runtime.
+    async fn reload_async(&mut self) -> Reload {
+        let candidate = match self.read() {
+            Ok(Some(c)) => c,
+            Ok(None) => return Reload::Unchanged,
+            Err(e) => return Reload::Rejected(e),
+        };
+        let new = hosts(&candidate.new_names);
+        let answers = if new.is_empty() {
+            Vec::new()
+        } else {
+            match Lookup::new(&candidate.settings) {
+                Ok(lookup) => resolve_all(&lookup, &new).await,
+                Err(reason) => failed_all(&new, &reason),
             }
         };
+        match self.adopt(candidate, answers) {
+            Ok(t) => Reload::Published(self.plane.publish(t)),
+            Err(e) => Reload::Rejected(e),
+        }
+    }
+
+    /// The file, when its content changed and is valid (`None`: unchanged).
+    fn read(&mut self) -> Result<Option<Candidate>, LoadError> {
+        let text = std::fs::read_to_string(&self.path).map_err(|e| LoadError::Io {
+            path: self.path.clone(),
+            message: e.to_string(),
+        })?;
         if self.last_text.as_deref() == Some(text.as_str()) {
-            return Reload::Unchanged;
+            return Ok(None);
         }
         // Remember bad content too, so it is reported once, not every poll.
         self.last_text = Some(text.clone());
-        match Config::parse_with(&text, &self.overrides) {
-            Ok(config) => Reload::Published(self.plane.publish(translate(&config))),
-            Err(error) => Reload::Rejected(LoadError::Model {
+        let config =
+            Config::parse_with(&text, &self.overrides).map_err(|error| LoadError::Model {
                 path: self.path.clone(),
                 error,
-            }),
+            })?;
+        Ok(Some(self.candidate(config, text)))
+    }
+
+    fn candidate(&self, config: Config, text: String) -> Candidate {
+        let settings = config.dns.settings();
+        let new_names = config
+            .dns_names()
+            .into_iter()
+            .filter(|n| !self.names.contains(&n.host))
+            .collect();
+        Candidate {
+            config,
+            text,
+            settings,
+            new_names,
         }
+    }
+
+    /// Takes `c` once each new name has an address (`answers`, by name)
+    /// and returns its translation to serve; else the error names the
+    /// first name that has none, its field and its answer, and nothing
+    /// changes.
+    fn adopt(
+        &mut self,
+        c: Candidate,
+        answers: Vec<(String, Answer)>,
+    ) -> Result<Translated, LoadError> {
+        let now = now();
+        let mut states = Vec::new();
+        for name in &c.new_names {
+            let answer = answers
+                .iter()
+                .find(|(h, _)| *h == name.host)
+                .map(|(_, a)| a.clone())
+                .unwrap_or_else(|| Answer::Failed {
+                    reason: "not asked".to_owned(),
+                });
+            match NameState::first(&answer, now, &c.settings) {
+                Ok(state) => states.push((name.host.clone(), state)),
+                Err(answer) => {
+                    let error = ModelError::invalid(
+                        &name.field,
+                        &name.value,
+                        format!(
+                            "does not resolve: {} answered {answer}",
+                            servers_of(&c.settings)
+                        ),
+                    )
+                    .located_in(&c.text);
+                    return Err(LoadError::Model {
+                        path: self.path.clone(),
+                        error,
+                    });
+                }
+            }
+        }
+        for (host, state) in states {
+            log::info!(
+                "DNS name {host:?} resolves to {}",
+                state
+                    .addresses()
+                    .iter()
+                    .map(|(ip, _)| ip.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            self.names.insert(host, state);
+        }
+        let used: BTreeSet<String> = c.config.dns_names().into_iter().map(|n| n.host).collect();
+        self.names.retain(&used);
+        if c.settings != self.settings {
+            self.lookup = None;
+            self.settings = c.settings;
+        }
+        self.published = self.names.resolved();
+        let translated = translate_with(&c.config, &self.published);
+        self.config = Some(c.config);
+        self.status.send_replace(self.names.report());
+        Ok(translated)
+    }
+
+    /// Resolves the names that are due, ends the draining windows that
+    /// are over, and publishes the file again when an address changed.
+    async fn refresh(&mut self) {
+        self.names.expire(now());
+        let due = self.names.due(now());
+        if !due.is_empty() {
+            let answers = match self.lookup() {
+                Ok(lookup) => resolve_all(&lookup, &due).await,
+                Err(reason) => failed_all(&due, &reason),
+            };
+            let at = now();
+            for (host, answer) in &answers {
+                self.names.apply(host, answer, at, &self.settings);
+            }
+        }
+        self.status.send_replace(self.names.report());
+        let resolved = self.names.resolved();
+        if resolved == self.published {
+            return;
+        }
+        self.published = resolved;
+        if let Some(config) = &self.config {
+            let version = self.plane.publish(translate_with(config, &self.published));
+            log::info!("DNS answers changed endpoints: serving version {version}");
+        }
+    }
+
+    fn lookup(&mut self) -> Result<Lookup, String> {
+        if let Some(l) = &self.lookup {
+            return Ok(l.clone());
+        }
+        let l = Lookup::new(&self.settings)?;
+        self.lookup = Some(l.clone());
+        Ok(l)
     }
 
     /// Polls the file every `interval` (the first poll one interval from
     /// now: the file was just loaded) and reloads on SIGHUP, forever,
-    /// reporting each outcome to `report`. The SIGHUP handler is installed
-    /// before this returns, so a signal sent once it has returned is never
-    /// lost (nor, by default, fatal). Must be called within a Tokio runtime.
+    /// reporting each outcome to `report`; resolves the endpoints' names
+    /// when they are due (their TTL within `dns.minRefresh` and
+    /// `dns.maxRefresh`) and publishes their changes. The SIGHUP handler is
+    /// installed before this returns, so a signal sent once it has returned
+    /// is never lost (nor, by default, fatal). Must be called within a
+    /// Tokio runtime.
     pub fn run(
         mut self,
         interval: Duration,
@@ -160,26 +354,131 @@ impl Reloader {
                 tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                #[cfg(unix)]
-                {
-                    let forced = tokio::select! {
-                        _ = tick.tick() => false,
-                        Some(()) = recv_opt(&mut hup) => true,
-                    };
-                    if forced {
-                        // A signal re-reads even unchanged content.
-                        self.last_text = None;
+                let dns_due = self.names.next_deadline();
+                let dns = async move {
+                    match dns_due {
+                        Some(at) => tokio::time::sleep_until(at.into()).await,
+                        None => std::future::pending().await,
                     }
-                }
+                };
+                #[cfg(unix)]
+                let wake = tokio::select! {
+                    _ = tick.tick() => Wake::Poll,
+                    Some(()) = recv_opt(&mut hup) => Wake::Hangup,
+                    () = dns => Wake::Dns,
+                };
                 #[cfg(not(unix))]
-                tick.tick().await;
-                let outcome = self.reload();
-                if outcome != Reload::Unchanged {
-                    report(&outcome);
+                let wake = tokio::select! {
+                    _ = tick.tick() => Wake::Poll,
+                    () = dns => Wake::Dns,
+                };
+                match wake {
+                    Wake::Dns => self.refresh().await,
+                    Wake::Poll | Wake::Hangup => {
+                        if wake == Wake::Hangup {
+                            // A signal re-reads even unchanged content.
+                            self.last_text = None;
+                        }
+                        let outcome = self.reload_async().await;
+                        if outcome != Reload::Unchanged {
+                            report(&outcome);
+                        }
+                    }
                 }
             }
         }
     }
+}
+
+/// Why the run loop woke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Poll,
+    Hangup,
+    Dns,
+}
+
+/// The time on Tokio's clock (paused in tests that pause it).
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Whom a resolver of `settings` asks, for messages.
+fn servers_of(settings: &DnsSettings) -> String {
+    if settings.servers.is_empty() {
+        "the system's DNS servers (resolv.conf)".to_owned()
+    } else {
+        let list: Vec<String> = settings.servers.iter().map(|s| s.to_string()).collect();
+        list.join(", ")
+    }
+}
+
+fn hosts(names: &[NameUse]) -> Vec<String> {
+    names.iter().map(|n| n.host.clone()).collect()
+}
+
+/// Resolves every name of `hosts` at once.
+async fn resolve_all(lookup: &Lookup, hosts: &[String]) -> Vec<(String, Answer)> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for host in hosts {
+        let lookup = lookup.clone();
+        let host = host.clone();
+        tasks.spawn(async move {
+            let answer = lookup.resolve(&host).await;
+            (host, answer)
+        });
+    }
+    let mut out = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        match r {
+            Ok(pair) => out.push(pair),
+            Err(e) => log::warn!("a DNS resolution task ended: {e}"),
+        }
+    }
+    out
+}
+
+fn failed_all(hosts: &[String], reason: &str) -> Vec<(String, Answer)> {
+    hosts
+        .iter()
+        .map(|h| {
+            (
+                h.clone(),
+                Answer::Failed {
+                    reason: reason.to_owned(),
+                },
+            )
+        })
+        .collect()
+}
+
+/// Resolves `hosts` on a thread and runtime of their own, for callers that
+/// are not async (or not on a runtime that may wait).
+fn resolve_blocking(settings: &DnsSettings, hosts: &[String]) -> Vec<(String, Answer)> {
+    let names = hosts;
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let work = || {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => return failed_all(names, &format!("cannot start a runtime: {e}")),
+        };
+        runtime.block_on(async {
+            match Lookup::new(settings) {
+                Ok(lookup) => resolve_all(&lookup, names).await,
+                Err(reason) => failed_all(names, &reason),
+            }
+        })
+    };
+    std::thread::scope(|s| {
+        s.spawn(work)
+            .join()
+            .unwrap_or_else(|_| failed_all(names, "the resolving thread panicked"))
+    })
 }
 
 #[cfg(unix)]

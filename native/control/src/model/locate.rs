@@ -18,16 +18,22 @@ impl Config {
         let mut config: Config =
             serde_yaml_ng::from_str(text).map_err(|e| ModelError::Parse(e.to_string()))?;
         overrides.apply(&mut config);
-        config.validate().map_err(|mut e| {
-            if let ModelError::Invalid {
-                field, location, ..
-            } = &mut e
-            {
-                *location = locate(text, field);
-            }
-            e
-        })?;
+        config.validate().map_err(|e| e.located_in(text))?;
         Ok(config)
+    }
+}
+
+impl ModelError {
+    /// The error with the line and column of its field in `text`, the
+    /// file it was found in (a field left out has none).
+    pub(crate) fn located_in(mut self, text: &str) -> Self {
+        if let ModelError::Invalid {
+            field, location, ..
+        } = &mut self
+        {
+            *location = locate(text, field);
+        }
+        self
     }
 }
 

@@ -11,7 +11,10 @@
 //! `stateful_session` filter (`sessionFilter: native`, the default) or the
 //! tether plugin (`sessionFilter: plugin`, with `plugin.filename`), which
 //! writes the cookie in the route's `session.format`; `envoy.nodes` gives
-//! single Envoys (by node ID) another filter or listener. See the crate README
+//! single Envoys (by node ID) another filter or listener. Endpoints may be
+//! written `NAME:PORT`; the optional `dns` section says which servers
+//! resolve the names, how often, and how long a vanished address drains.
+//! See the crate README
 //! for the format with an example.
 //!
 //! Parsing rejects unknown fields and bad values with the field's path, line
@@ -34,10 +37,13 @@ pub use crate::retry::RetryPolicySpec;
 
 pub use analysis::MAX_AGGREGATE_DEPTH;
 pub use error::{Location, ModelError};
+pub use schema::dns::{DnsSpec, NameUse};
 pub use schema::envoy::{
     EnvoyNodeSpec, EnvoySpec, ListenerSpec, PluginSpec, SessionFilter, DEFAULT_OVERRIDE_HEADER,
 };
-pub use schema::field::{CookieField, DurationField, FormatField, HealthField};
+pub use schema::field::{
+    AddressField, CookieField, DnsServerField, DurationField, FormatField, HealthField,
+};
 pub use schema::route::{
     Condition, CustomPolicySpec, HeaderCondition, HeaderHashOptions, LoadBalancerPolicy,
     QueryParameterHashOptions, RequestHashPolicy, RouteService, RouteSpec, SessionClusterSettings,

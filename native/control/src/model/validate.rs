@@ -26,7 +26,44 @@ impl Config {
         let services = self.validate_services()?;
         self.validate_aggregates()?;
         self.validate_envoy()?;
+        self.validate_dns()?;
         self.validate_virtual_hosts(&services)
+    }
+
+    /// The `dns` section: servers listed when the list is given, a minimum
+    /// refresh and a query timeout of at least 1ms, a maximum refresh not
+    /// below the minimum (defaults filled in).
+    fn validate_dns(&self) -> Result<(), ModelError> {
+        let spec = &self.dns;
+        if spec.servers.as_ref().is_some_and(Vec::is_empty) {
+            return Err(ModelError::invalid(
+                "dns.servers",
+                "[]",
+                "must list at least one server (leave servers out to use the system's resolv.conf)",
+            ));
+        }
+        let s = spec.settings();
+        let shown = |d: Duration| Raw(tether_core::duration::display(d).to_string());
+        for (field, d) in [("minRefresh", s.min_refresh), ("timeout", s.timeout)] {
+            if d < Duration::from_millis(1) {
+                return Err(ModelError::invalid(
+                    format!("dns.{field}"),
+                    shown(d),
+                    "must be at least 1ms",
+                ));
+            }
+        }
+        if s.max_refresh < s.min_refresh {
+            return Err(ModelError::invalid(
+                "dns.maxRefresh",
+                shown(s.max_refresh),
+                format!(
+                    "must be at least minRefresh ({})",
+                    tether_core::duration::display(s.min_refresh)
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Each service in turn: a valid name defined once, then its outlier
@@ -510,8 +547,16 @@ fn endpoints(s: &ServiceSpec, at: &str) -> Result<(), ModelError> {
                 "must be greater than 0",
             ));
         }
+        if e.address.host().is_some() && !e.additional_addresses.is_empty() {
+            return Err(ModelError::invalid(
+                format!("{eat}.additionalAddresses"),
+                e.address.to_string(),
+                "cannot be set beside an address that is a DNS name (each address the name \
+                 resolves to becomes an endpoint of its own)",
+            ));
+        }
         for a in std::iter::once(&e.address).chain(&e.additional_addresses) {
-            if !addresses.insert(*a) {
+            if !addresses.insert(a) {
                 return Err(ModelError::invalid(
                     format!("{eat}.address"),
                     a.to_string(),
@@ -1193,6 +1238,129 @@ services:
             err(&yaml),
             "virtualhosts[0].routes[0].conditions[0].prefix: \"a\" must start with '/' at line 4 \
              column 32"
+        );
+    }
+
+    /// A service `api` with one endpoint at `address`, under a `dns`
+    /// section `dns` (lines indented by two).
+    fn dns(dns: &str, address: &str) -> String {
+        format!("dns:\n{dns}services:\n  - name: api\n    endpoints:\n      - address: {address}\n")
+    }
+
+    #[test]
+    fn dns_settings_errors_name_the_field_and_value() {
+        assert_eq!(
+            err(&dns(
+                "  servers: [\"127.0.0.1:53\", \"dns.local:53\"]\n",
+                "api.test:80"
+            )),
+            "dns.servers[1]: \"dns.local:53\" is not a DNS server's IP:PORT ([v6]:PORT for \
+             IPv6, or an IP alone for port 53) at line 2 column 29"
+        );
+        assert_eq!(
+            err(&dns("  servers: []\n", "api.test:80")),
+            "dns.servers: \"[]\" must list at least one server (leave servers out to use the \
+             system's resolv.conf) at line 2 column 12"
+        );
+        assert_eq!(
+            err(&dns("  minRefresh: 5 seconds\n", "api.test:80")),
+            "dns.minRefresh: \"5 seconds\" is not a duration (expected e.g. \"120s\" or \"1.5s\") at \
+             line 2 column 15"
+        );
+        assert_eq!(
+            err(&dns("  drainOnRemoval: -1s\n", "api.test:80")),
+            "dns.drainOnRemoval: \"-1s\" is negative at line 2 column 19"
+        );
+        assert_eq!(
+            err(&dns("  minRefresh: 0s\n", "api.test:80")),
+            "dns.minRefresh: 0s must be at least 1ms at line 2 column 15"
+        );
+        assert_eq!(
+            err(&dns("  maxRefresh: 1s\n", "api.test:80")),
+            "dns.maxRefresh: 1s must be at least minRefresh (5s) at line 2 column 15"
+        );
+        let e = err(&dns("  refresh: 5s\n", "api.test:80"));
+        assert!(
+            e.starts_with("dns: unknown field `refresh`, expected one of `servers`, `minRefresh`"),
+            "{e}"
+        );
+        assert!(e.ends_with(" at line 2 column 3"), "{e}");
+        // Every setting, valid.
+        let c = Config::parse(&dns(
+            "  servers: [\"127.0.0.1:5353\", \"::1\"]\n  minRefresh: 0.5s\n  maxRefresh: 30s\n  drainOnRemoval: 0s\n  timeout: 1s\n",
+            "API.Test:80",
+        ))
+        .unwrap();
+        let s = c.dns.settings();
+        assert_eq!(
+            s.servers,
+            [
+                "127.0.0.1:5353".parse().unwrap(),
+                "[::1]:53".parse().unwrap()
+            ]
+        );
+        assert_eq!(
+            (s.min_refresh, s.max_refresh, s.drain_on_removal, s.timeout),
+            (
+                std::time::Duration::from_millis(500),
+                std::time::Duration::from_secs(30),
+                std::time::Duration::ZERO,
+                std::time::Duration::from_secs(1)
+            )
+        );
+        assert_eq!(c.dns_names()[0].host, "api.test", "names are lower case");
+    }
+
+    #[test]
+    fn name_addresses_are_checked_as_they_are_read() {
+        let yaml = |a: &str| {
+            format!("services:\n  - name: api\n    endpoints:\n      - address: \"{a}\"\n")
+        };
+        assert_eq!(
+            err(&yaml("10.0.0.256:80")),
+            "services[0].endpoints[0].address: \"10.0.0.256:80\": \"10.0.0.256\" is not a DNS \
+             name (its last label is all digits) at line 4 column 18"
+        );
+        assert_eq!(
+            err(&yaml("api.test:0")),
+            "services[0].endpoints[0].address: \"api.test:0\": port \"0\" must be a number from \
+             1 to 65535 at line 4 column 18"
+        );
+        assert_eq!(
+            err(&yaml("api..test:80")),
+            "services[0].endpoints[0].address: \"api..test:80\": \"api..test\" is not a DNS \
+             name (each label 1 to 63 characters) at line 4 column 18"
+        );
+        assert_eq!(
+            err(&yaml("::1:80")),
+            "services[0].endpoints[0].address: invalid socket address syntax: \"::1:80\" is \
+             neither IP:PORT ([v6]:PORT for IPv6) nor NAME:PORT at line 4 column 18"
+        );
+        // A name listed twice with the same port, like an address.
+        let yaml = "services:\n  - name: api\n    endpoints:\n      - address: api.test:80\n      - address: API.test:80\n";
+        assert_eq!(
+            err(yaml),
+            "services[0].endpoints[1].address: \"api.test:80\" is listed twice in this service \
+             at line 5 column 18"
+        );
+        // A name's addresses are endpoints of their own.
+        let yaml = "services:\n  - name: api\n    endpoints:\n      - address: api.test:80\n        additionalAddresses: [\"[::1]:80\"]\n";
+        assert_eq!(
+            err(yaml),
+            "services[0].endpoints[0].additionalAddresses: \"api.test:80\" cannot be set beside an \
+             address that is a DNS name (each address the name resolves to becomes an endpoint of \
+             its own) at line 5 column 30"
+        );
+        // Beside an IP, a name may add addresses.
+        let yaml = "services:\n  - name: api\n    endpoints:\n      - address: 127.0.0.1:80\n        additionalAddresses: [v6.api.test:80]\n";
+        let c = Config::parse(yaml).unwrap();
+        let names = c.dns_names();
+        assert_eq!(
+            (names[0].field.as_str(), names[0].value.as_str()),
+            (
+                "services[0].endpoints[0].additionalAddresses[0]",
+                "v6.api.test:80"
+            )
         );
     }
 }

@@ -1,17 +1,20 @@
 //! The file's schema: the serde structs and enums the YAML is read into,
-//! their defaults and plain accessors, by section: `envoy` (the `envoy`
-//! section and the listener), `route` (virtual hosts, routes and load
+//! their defaults and plain accessors, by section: `dns` (the `dns`
+//! section and the names endpoints use), `envoy` (the `envoy` section and
+//! the listener), `route` (virtual hosts, routes and load
 //! balancer policies), `service` (services, endpoints and their TLS,
 //! keepalive and outlier detection) and `field` (scalar fields checked as
 //! they are read).
 
 use serde::Deserialize;
 
+pub(super) mod dns;
 pub(super) mod envoy;
 pub(super) mod field;
 pub(super) mod route;
 pub(super) mod service;
 
+use dns::DnsSpec;
 use envoy::{EnvoySpec, ListenerSpec, PluginSpec};
 use route::VirtualHostSpec;
 use service::ServiceSpec;
@@ -33,6 +36,9 @@ pub struct Config {
     /// stateful_session filter). Proxyless clients are not affected.
     #[serde(default)]
     pub envoy: EnvoySpec,
+    /// How endpoints written as `NAME:PORT` are resolved.
+    #[serde(default)]
+    pub dns: DnsSpec,
 }
 
 /// Settings given outside the file (on tether-control's command line);

@@ -2,11 +2,10 @@
 //! keepalive and outlier detection of their clusters.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 
 use serde::Deserialize;
 
-use super::field::{DurationField, HealthField};
+use super::field::{AddressField, DurationField, HealthField};
 use super::one;
 
 /// How Envoy talks to a service's endpoints.
@@ -260,11 +259,15 @@ impl ServiceSpec {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointSpec {
-    /// `ip:port` (`[v6]:port` for IPv6).
-    pub address: SocketAddr,
-    /// The endpoint's other addresses (A61).
+    /// `ip:port` (`[v6]:port` for IPv6), or `name:port`: every address
+    /// the name resolves to becomes an endpoint with this entry's weight,
+    /// health, priority and locality.
+    pub address: AddressField,
+    /// The endpoint's other addresses (A61); names among them add every
+    /// address they resolve to (only beside an `address` that is an IP:
+    /// a name's addresses are endpoints of their own).
     #[serde(default, rename = "additionalAddresses")]
-    pub additional_addresses: Vec<SocketAddr>,
+    pub additional_addresses: Vec<AddressField>,
     /// Relative weight within its locality (default 1).
     #[serde(default = "one")]
     pub weight: u32,

@@ -1,0 +1,609 @@
+//! Endpoints written as `NAME:PORT`, resolved by tether-control from an
+//! in-process DNS server (testkit's, UDP and TCP on 127.0.0.1) whose
+//! records the tests change, and watched through tether's XdsClient as a
+//! proxyless client sees them: the addresses arrive with the entry's
+//! weight, locality and health; an address that leaves the answer is
+//! DRAINING for `drainOnRemoval`, then gone, and HEALTHY again if it comes
+//! back in time; NXDOMAIN counts once confirmed; a stopped or failing DNS
+//! server changes nothing; only the changed ClusterLoadAssignment is
+//! pushed; a name that never resolved is refused with its field. A real
+//! Envoy keeps a pinned session on an address that left DNS while it
+//! drains.
+//!
+//! Every wait is on a signal (an EDS update, the resolver's status, a
+//! query counted by the DNS server), each bounded.
+
+mod control_support;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use control_support::{Control, TempDir};
+use tether_control::dns::DnsStatus;
+use tether_control::{ControlPlane, Reload, Reloader};
+use tether_testkit::dns::{DnsServer, ResponseCode};
+use tether_xds::bootstrap::Bootstrap;
+use tether_xds::client::{ResourceState, Watcher, XdsClient};
+use tether_xds::resource::endpoint::HealthStatus;
+use tether_xds::resource::{Resource, ResourceKind};
+
+const NAME: &str = "api.tether.test";
+const PORT: u16 = 9000;
+/// Long enough to see DRAINING and bring an address back inside it while
+/// names refresh every 50 to 100 ms; short enough for a quick test.
+const DRAIN: Duration = Duration::from_secs(2);
+const WAIT: Duration = Duration::from_secs(20);
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A file with service `api` on the name and `fixed` on an IP.
+fn yaml(dns: SocketAddr, name: &str) -> String {
+    format!(
+        r#"dns:
+  servers: ["{dns}"]
+  minRefresh: 0.05s
+  maxRefresh: 0.1s
+  drainOnRemoval: {drain}s
+  timeout: 0.2s
+services:
+  - name: api
+    localityWeights: {{ us/a: 2 }}
+    endpoints:
+      - address: {name}:{PORT}
+        locality: us/a
+        weight: 3
+  - name: fixed
+    endpoints:
+      - address: 127.0.0.1:9001
+"#,
+        drain = DRAIN.as_secs()
+    )
+}
+
+/// The endpoints of a watched ClusterLoadAssignment: address → (health,
+/// weight, locality region/zone).
+fn endpoints(s: &ResourceState) -> BTreeMap<SocketAddr, (HealthStatus, u32, String)> {
+    let Some(Resource::Endpoints(eds)) = &s.resource else {
+        return BTreeMap::new();
+    };
+    eds.endpoints()
+        .map(|(_, l, e)| {
+            (
+                e.addresses[0],
+                (
+                    e.health,
+                    e.weight,
+                    format!("{}/{}", l.locality.region, l.locality.zone),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Just the health of each address.
+fn health(s: &ResourceState) -> BTreeMap<String, HealthStatus> {
+    endpoints(s)
+        .into_iter()
+        .map(|(a, (h, _, _))| (a.ip().to_string(), h))
+        .collect()
+}
+
+fn expect(pairs: &[(&str, HealthStatus)]) -> BTreeMap<String, HealthStatus> {
+    pairs.iter().map(|(a, h)| (a.to_string(), *h)).collect()
+}
+
+/// Waits until the watched resource's health map is `want`.
+async fn until_health(w: &mut Watcher, want: &[(&str, HealthStatus)], what: &str) -> ResourceState {
+    let want = expect(want);
+    match tokio::time::timeout(WAIT, w.wait_for(|s| health(s) == want)).await {
+        Ok(Some(s)) => s,
+        _ => panic!("{what}: wanted {want:?}, have {:?}", health(&w.current())),
+    }
+}
+
+/// Waits until the resolver's status of NAME satisfies `pred`.
+async fn until_status(
+    status: &mut tokio::sync::watch::Receiver<DnsStatus>,
+    what: &str,
+    pred: impl Fn(&tether_control::dns::NameReport) -> bool,
+) {
+    let done = tokio::time::timeout(WAIT, status.wait_for(|s| s.get(NAME).is_some_and(&pred)))
+        .await
+        .is_ok_and(|r| r.is_ok());
+    assert!(done, "{what}: status {:?}", status.borrow().get(NAME));
+}
+
+fn bootstrap(addr: SocketAddr) -> Bootstrap {
+    Bootstrap::from_json(&format!(
+        r#"{{"xds_servers":[{{"server_uri":"{addr}","channel_creds":[{{"type":"insecure"}}],"server_features":["xds_v3"]}}],"node":{{"id":"dns-test","cluster":"tether-test"}}}}"#
+    ))
+    .unwrap()
+}
+
+/// tether-control in this process: the file at `path` served over ADS on
+/// a free port, its reloader running; returns the plane, the address and
+/// the resolver's status.
+async fn serve(
+    path: &Path,
+) -> (
+    ControlPlane,
+    SocketAddr,
+    tokio::sync::watch::Receiver<DnsStatus>,
+) {
+    let p = path.to_owned();
+    // The first resolution waits on a thread of its own; keep this
+    // runtime's workers free for the DNS server.
+    let (plane, reloader) = tokio::task::spawn_blocking(move || Reloader::start(&p))
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("start: {e}"));
+    let status = reloader.dns_status();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = plane.clone();
+    tokio::spawn(async move { served.serve(listener, std::future::pending()).await });
+    tokio::spawn(reloader.run(Duration::from_millis(50), |r| {
+        if let Reload::Rejected(e) = r {
+            log::warn!("rejected: {e}");
+        }
+    }));
+    (plane, addr, status)
+}
+
+fn write(dir: &TempDir, text: &str) -> PathBuf {
+    let path = dir.0.join("tether.yaml");
+    let tmp = dir.0.join("tether.yaml.tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_is_served_drains_comes_back_and_outlives_dns_trouble() {
+    tether_testkit::init_logging();
+    let mut dns = DnsServer::start().await;
+    dns.set(NAME, &[ip("127.0.0.2"), ip("127.0.0.3")]);
+    let dir = TempDir::new("dns");
+    let path = write(&dir, &yaml(dns.addr(), NAME));
+    let (plane, addr, mut status) = serve(&path).await;
+    let client = XdsClient::start(bootstrap(addr)).unwrap();
+    let mut api = client.watch(ResourceKind::Endpoints, "api");
+    let mut fixed = client.watch(ResourceKind::Endpoints, "fixed");
+
+    // Both addresses, each with the entry's weight, locality and health.
+    let s = until_health(
+        &mut api,
+        &[
+            ("127.0.0.2", HealthStatus::Healthy),
+            ("127.0.0.3", HealthStatus::Healthy),
+        ],
+        "first answer",
+    )
+    .await;
+    let e = endpoints(&s);
+    assert!(e.values().all(|(_, w, l)| *w == 3 && l == "us/a"), "{e:?}");
+    assert!(e.keys().all(|a| a.port() == PORT), "{e:?}");
+    let Some(Resource::Endpoints(eds)) = &s.resource else {
+        unreachable!()
+    };
+    assert_eq!(eds.priorities[0].localities[0].weight, 2);
+    let fixed_version = fixed
+        .wait_for(|s| s.resource.is_some())
+        .await
+        .unwrap()
+        .resource_version;
+
+    // 127.0.0.3 leaves the answer: DRAINING for drainOnRemoval, then gone.
+    dns.set(NAME, &[ip("127.0.0.2")]);
+    until_health(
+        &mut api,
+        &[
+            ("127.0.0.2", HealthStatus::Healthy),
+            ("127.0.0.3", HealthStatus::Draining),
+        ],
+        "127.0.0.3 draining",
+    )
+    .await;
+    let draining_since = Instant::now();
+    until_health(
+        &mut api,
+        &[("127.0.0.2", HealthStatus::Healthy)],
+        "127.0.0.3 removed",
+    )
+    .await;
+    let drained = draining_since.elapsed();
+    assert!(
+        drained >= DRAIN - Duration::from_millis(300),
+        "removed {drained:?} after DRAINING, before drainOnRemoval"
+    );
+
+    // Back in the answer: a new endpoint. Leaves, comes back in the
+    // window: HEALTHY again.
+    dns.set(NAME, &[ip("127.0.0.2"), ip("127.0.0.3")]);
+    until_health(
+        &mut api,
+        &[
+            ("127.0.0.2", HealthStatus::Healthy),
+            ("127.0.0.3", HealthStatus::Healthy),
+        ],
+        "127.0.0.3 back",
+    )
+    .await;
+    dns.set(NAME, &[ip("127.0.0.2")]);
+    until_health(
+        &mut api,
+        &[
+            ("127.0.0.2", HealthStatus::Healthy),
+            ("127.0.0.3", HealthStatus::Draining),
+        ],
+        "127.0.0.3 draining again",
+    )
+    .await;
+    let left = Instant::now();
+    dns.set(NAME, &[ip("127.0.0.2"), ip("127.0.0.3")]);
+    until_health(
+        &mut api,
+        &[
+            ("127.0.0.2", HealthStatus::Healthy),
+            ("127.0.0.3", HealthStatus::Healthy),
+        ],
+        "127.0.0.3 back within the window",
+    )
+    .await;
+    assert!(
+        left.elapsed() < DRAIN,
+        "the test was too slow to come back within the window"
+    );
+
+    // Only the changed ClusterLoadAssignment was pushed: `fixed` keeps the
+    // version it first came in.
+    assert_eq!(fixed.current().resource_version, fixed_version);
+    assert!(plane.snapshot().version >= 5);
+
+    // The DNS server stops answering (sockets closed), then answers
+    // SERVFAIL: the addresses stay, the failures are counted, and the
+    // resource keeps its version.
+    let before = api.current();
+    let mut history = api.receiver();
+    history.borrow_and_update();
+    dns.stop().await;
+    until_status(&mut status, "an outage of 3 failed resolutions", |n| {
+        n.in_outage && n.failures >= 3
+    })
+    .await;
+    dns.resume().await.unwrap();
+    dns.fail(Some(ResponseCode::ServFail));
+    assert!(dns.wait_queries(4, WAIT).await, "no SERVFAIL answered");
+    let failures = status.borrow().get(NAME).map_or(0, |n| n.failures);
+    until_status(&mut status, "SERVFAILs counted", |n| {
+        n.failures >= failures + 2
+    })
+    .await;
+    assert!(
+        !history.has_changed().unwrap(),
+        "the endpoints changed during DNS trouble: {:?}",
+        health(&api.current())
+    );
+    assert_eq!(api.current().resource_version, before.resource_version);
+    dns.fail(None);
+    until_status(&mut status, "answers again", |n| !n.in_outage).await;
+    assert_eq!(health(&api.current()), health(&before));
+
+    // NXDOMAIN once changes nothing; confirmed, every address drains;
+    // back in time, HEALTHY again.
+    dns.remove(NAME);
+    until_status(&mut status, "NXDOMAIN awaiting confirmation", |n| {
+        n.awaits_confirmation
+    })
+    .await;
+    until_health(
+        &mut api,
+        &[
+            ("127.0.0.2", HealthStatus::Draining),
+            ("127.0.0.3", HealthStatus::Draining),
+        ],
+        "NXDOMAIN confirmed",
+    )
+    .await;
+    dns.set(NAME, &[ip("127.0.0.3")]);
+    until_health(
+        &mut api,
+        &[
+            ("127.0.0.2", HealthStatus::Draining),
+            ("127.0.0.3", HealthStatus::Healthy),
+        ],
+        "127.0.0.3 back after NXDOMAIN",
+    )
+    .await;
+    until_health(
+        &mut api,
+        &[("127.0.0.3", HealthStatus::Healthy)],
+        "127.0.0.2 removed",
+    )
+    .await;
+    assert!(plane.nacks().is_empty(), "{:?}", plane.nacks());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_that_never_resolved_is_refused_with_its_field_and_answer() {
+    tether_testkit::init_logging();
+    let mut dns = DnsServer::start().await;
+    dns.set(NAME, &[ip("127.0.0.2")]);
+    let dir = TempDir::new("dns-refused");
+    let unknown = yaml(dns.addr(), "nowhere.tether.test");
+    let path = write(&dir, &unknown);
+    let p = path.clone();
+    let e = tokio::task::spawn_blocking(move || Reloader::start(&p))
+        .await
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.ends_with(&format!(
+            "tether.yaml: services[0].endpoints[0].address: \"nowhere.tether.test:{PORT}\" does \
+             not resolve: {} answered NXDOMAIN (no such name) at line 11 column 18",
+            dns.addr()
+        )),
+        "{e}"
+    );
+
+    // A name without address records, and a server that does not answer.
+    dns.set("empty.tether.test", &[]);
+    let path = write(&dir, &yaml(dns.addr(), "empty.tether.test"));
+    let p = path.clone();
+    let e = tokio::task::spawn_blocking(move || Reloader::start(&p))
+        .await
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"empty.tether.test:9000\" does not resolve: "),
+        "{e}"
+    );
+    assert!(
+        e.contains(" answered no A or AAAA records at line 11"),
+        "{e}"
+    );
+    let addr = dns.addr();
+    dns.stop().await;
+    let path = write(&dir, &yaml(addr, NAME));
+    let p = path.clone();
+    let e = tokio::task::spawn_blocking(move || Reloader::start(&p))
+        .await
+        .unwrap()
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&format!(
+            "\"{NAME}:9000\" does not resolve: {addr} answered no answer: "
+        )),
+        "{e}"
+    );
+    dns.resume().await.unwrap();
+
+    // Served, then a new file with an unknown name: rejected, the last
+    // good version still served.
+    let p = path.clone();
+    let (plane, mut reloader) = tokio::task::spawn_blocking(move || Reloader::start(&p))
+        .await
+        .unwrap()
+        .unwrap();
+    let version = plane.snapshot().version;
+    write(&dir, &unknown);
+    let (outcome, _) = tokio::task::spawn_blocking(move || (reloader.reload(), reloader))
+        .await
+        .unwrap();
+    let Reload::Rejected(e) = outcome else {
+        panic!("accepted a name that does not resolve: {outcome:?}")
+    };
+    assert!(
+        e.to_string()
+            .contains("\"nowhere.tether.test:9000\" does not resolve"),
+        "{e}"
+    );
+    assert_eq!(plane.snapshot().version, version);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_serves_a_name_and_exits_on_one_that_never_resolved() {
+    tether_testkit::init_logging();
+    let dns = DnsServer::start().await;
+    dns.set(NAME, &[ip("127.0.0.2"), ip("::1")]);
+    let control = Control::start(&yaml(dns.addr(), NAME)).await;
+    let client = XdsClient::start(bootstrap(control.addr)).unwrap();
+    let mut api = client.watch(ResourceKind::Endpoints, "api");
+    until_health(
+        &mut api,
+        &[
+            ("127.0.0.2", HealthStatus::Healthy),
+            ("::1", HealthStatus::Healthy),
+        ],
+        "A and AAAA through the binary",
+    )
+    .await;
+    dns.set(NAME, &[ip("127.0.0.2")]);
+    until_health(
+        &mut api,
+        &[
+            ("127.0.0.2", HealthStatus::Healthy),
+            ("::1", HealthStatus::Draining),
+        ],
+        "::1 draining",
+    )
+    .await;
+    assert!(
+        control
+            .wait_log(
+                &format!("DNS name \"{NAME}\": ::1 left the answer: DRAINING for 2s"),
+                WAIT
+            )
+            .await,
+        "{}",
+        control.stderr()
+    );
+
+    let dir = TempDir::new("dns-exit");
+    let path = write(&dir, &yaml(dns.addr(), "nowhere.tether.test"));
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_tether-control"))
+        .arg("--config")
+        .arg(&path)
+        .args(["--listen", "127.0.0.1:0"])
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(WAIT, out).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "services[0].endpoints[0].address: \"nowhere.tether.test:9000\" does not resolve"
+        ),
+        "{stderr}"
+    );
+}
+
+/// The backend that answered, and its Set-Cookie, through Envoy.
+async fn through_envoy(
+    listener: SocketAddr,
+    cookie: Option<&str>,
+) -> Option<(String, Option<String>)> {
+    let headers: Vec<(&str, &str)> = cookie.map(|c| vec![("cookie", c)]).unwrap_or_default();
+    let r = tether_testkit::client::get(listener, "/", &headers)
+        .await
+        .ok()?;
+    if r.status != 200 {
+        return None;
+    }
+    let set = r.header("set-cookie").map(str::to_owned);
+    r.header("x-backend").map(|b| (b.to_owned(), set))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_keeps_a_session_on_an_address_that_left_dns_while_it_drains() {
+    use tether_testkit::backend::HttpBackend;
+    tether_testkit::init_logging();
+    // A scaled service: two backends on one port, on two loopback addresses.
+    let port = tether_testkit::free_port();
+    let b2 = HttpBackend::start_on("b2", SocketAddr::new(ip("127.0.0.2"), port)).await;
+    let b3 = HttpBackend::start_on("b3", SocketAddr::new(ip("127.0.0.3"), port)).await;
+    let dns = DnsServer::start().await;
+    dns.set(NAME, &[ip("127.0.0.2"), ip("127.0.0.3")]);
+    let listen = tether_testkit::free_port();
+    let listener: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let control = Control::start(&format!(
+        r#"dns:
+  servers: ["{dns}"]
+  minRefresh: 0.05s
+  maxRefresh: 0.1s
+  drainOnRemoval: 5s
+listener:
+  port: {listen}
+virtualhosts:
+  - name: web
+    domains: ["*"]
+    routes:
+      - services: [{{ name: web }}]
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: session, path: /, ttl: 60s }}
+            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
+services:
+  - name: web
+    endpoints:
+      - address: {NAME}:{port}
+"#,
+        dns = dns.addr()
+    ))
+    .await;
+    let envoy = tether_testkit::envoy::Envoy::start(&tether_testkit::envoy::ads_bootstrap(
+        control.addr,
+        "envoy-dns",
+    ))
+    .await
+    .expect("envoy starts");
+    let up = tether_testkit::wait_until(WAIT, || async {
+        through_envoy(listener, None).await.is_some()
+    })
+    .await;
+    assert!(
+        up,
+        "Envoy did not serve\n{}\n{}",
+        control.stderr(),
+        envoy.log()
+    );
+
+    // A session pinned to one backend.
+    let (pinned, set) = through_envoy(listener, None).await.unwrap();
+    let cookie = set
+        .expect("a Set-Cookie")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (pinned_ip, other) = if pinned == "b2" {
+        ("127.0.0.2", "b3")
+    } else {
+        ("127.0.0.3", "b2")
+    };
+    let other_ip = if pinned_ip == "127.0.0.2" {
+        "127.0.0.3"
+    } else {
+        "127.0.0.2"
+    };
+
+    // Its address leaves DNS: DRAINING for 5 s. New sessions avoid it, the
+    // pinned one keeps going, without a new cookie.
+    dns.set(NAME, &[ip(other_ip)]);
+    assert!(
+        control
+            .wait_log(&format!("{pinned_ip} left the answer: DRAINING"), WAIT)
+            .await,
+        "{}",
+        control.stderr()
+    );
+    let avoided = tether_testkit::wait_until(Duration::from_secs(2), || async {
+        let mut all = true;
+        for _ in 0..6 {
+            all &= through_envoy(listener, None)
+                .await
+                .is_some_and(|(b, _)| b == other);
+        }
+        all
+    })
+    .await;
+    assert!(avoided, "new sessions still reach the draining {pinned}");
+    for _ in 0..10 {
+        let (b, set) = through_envoy(listener, Some(&cookie)).await.unwrap();
+        assert_eq!(b, pinned, "the session left its draining backend");
+        assert!(set.is_none(), "a new cookie while draining: {set:?}");
+    }
+    assert!(
+        !control.stderr().contains(&format!("{pinned_ip} removed")),
+        "the drain window ended before the pinned requests were made"
+    );
+
+    // Removed after the window: the session moves, with a fresh cookie.
+    assert!(
+        control
+            .wait_log(&format!("{pinned_ip} removed"), WAIT)
+            .await,
+        "{}",
+        control.stderr()
+    );
+    let moved = tether_testkit::wait_until(Duration::from_secs(5), || async {
+        through_envoy(listener, Some(&cookie))
+            .await
+            .is_some_and(|(b, set)| b == other && set.is_some())
+    })
+    .await;
+    assert!(
+        moved,
+        "the session did not move after its backend was removed"
+    );
+    assert!(control.nacks_none(), "{}", control.stderr());
+    drop((b2, b3));
+}
