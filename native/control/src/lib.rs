@@ -1,11 +1,14 @@
 //! tether's control plane: an ADS management server that serves snapshots
 //! translated from a YAML file a person writes.
 //!
+//! - [`admin`]: the admin listener (`--admin`): `/metrics` for Prometheus.
 //! - [`dns`]: endpoints written as `NAME:PORT`: resolving the names,
 //!   keeping the last good addresses through DNS trouble, draining the
 //!   addresses that leave an answer.
 //! - [`fault`]: a route's fault injection (gRFC A33) and its `HTTPFault`.
 //! - [`mod@retry`]: a route's retry policy (gRFC A44) and its `RetryPolicy`.
+//! - [`metrics`]: the control plane's own metrics (clients, pushes,
+//!   ACK/NACK, reloads, DNS names).
 //! - [`model`]: the YAML schema (services, endpoints, virtual hosts, routes,
 //!   affinity strategies in Contour's vocabulary) and its validation.
 //! - [`mod@translate`]: model → Listener, RouteConfiguration, Cluster and
@@ -19,8 +22,10 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod dns;
 pub mod fault;
+pub mod metrics;
 pub mod model;
 pub mod retry;
 pub mod server;

@@ -33,6 +33,11 @@ struct Args {
     /// the CA certificates in FILE (mTLS).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Serve the admin pages (`/metrics` for Prometheus) on this address;
+    /// none without it. Port 0 picks a free port, printed on stdout as
+    /// `admin on <addr>`.
+    #[arg(long, value_name = "ADDR")]
+    admin: Option<SocketAddr>,
     /// How often to check the file for changes, in milliseconds.
     #[arg(long, default_value_t = 250)]
     poll_ms: u64,
@@ -100,18 +105,41 @@ async fn run(args: Args) -> i32 {
         }
     };
     let addr = listener.local_addr().unwrap_or(args.listen);
+    let admin = match args.admin {
+        Some(at) => match tokio::net::TcpListener::bind(at).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("tether-control: --admin {at}: cannot listen: {e}");
+                return 1;
+            }
+        },
+        None => None,
+    };
+    let metrics = plane.metrics().clone();
+    let dns = reloader.dns_status();
     // Watch (and take SIGHUP) before announcing the address: whoever waits
     // for that line may signal at once.
-    tokio::spawn(
-        reloader.run(Duration::from_millis(args.poll_ms.max(10)), |r| match r {
-            Reload::Published(v) => log::info!("reloaded, serving version {v}"),
+    tokio::spawn(reloader.run(
+        Duration::from_millis(args.poll_ms.max(10)),
+        move |r| match r {
+            Reload::Published(v) => {
+                metrics.reloaded(true);
+                log::info!("reloaded, serving version {v}")
+            }
             Reload::Rejected(e) => {
+                metrics.reloaded(false);
                 log::warn!("rejected: {e}; still serving the last good version")
             }
             Reload::Unchanged => {}
-        }),
-    );
+        },
+    ));
     println!("listening on {addr}");
+    if let Some(listener) = admin {
+        let at = listener.local_addr().unwrap_or(addr);
+        let pages = tether_control::admin::Admin::new(plane.clone(), Some(dns));
+        tokio::spawn(pages.serve(listener, std::future::pending()));
+        println!("admin on {at}");
+    }
     if args.tls_cert.is_some() {
         log::info!("serving ADS over TLS");
     }

@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::metrics::{ClientGuard, Metrics};
 use super::translate::{Flavor, Translated};
 use tether_xds::resource::ResourceKind;
 
@@ -58,6 +59,7 @@ struct Records {
 pub struct ControlPlane {
     tx: Arc<watch::Sender<Arc<Snapshot>>>,
     records: Arc<Mutex<Records>>,
+    metrics: Metrics,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -78,7 +80,13 @@ impl ControlPlane {
         ControlPlane {
             tx: Arc::new(tx),
             records: Arc::new(Mutex::new(Records::default())),
+            metrics: Metrics::new(),
         }
+    }
+
+    /// The control plane's metrics (what `/metrics` shows).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// Publishes new resources; returns the version now served (unchanged
@@ -180,6 +188,7 @@ impl AggregatedDiscoveryService for AdsService {
             node_id: String::new(),
             subs: HashMap::new(),
             nonce: 0,
+            client: None,
         };
         tokio::spawn(stream.run(request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -211,6 +220,8 @@ struct AdsStream {
     node_id: String,
     subs: HashMap<String, Subscription>,
     nonce: u64,
+    /// The stream in the metrics, once its node is known.
+    client: Option<ClientGuard>,
 }
 
 impl AdsStream {
@@ -252,6 +263,11 @@ impl AdsStream {
                 Flavor::Proxyless
             });
             self.node_id = node.id;
+            self.client = Some(
+                self.plane
+                    .metrics
+                    .client(&self.node_id, self.flavor == Some(Flavor::Envoy)),
+            );
             log::info!(
                 "stream from node {:?} ({:?})",
                 self.node_id,
@@ -274,6 +290,17 @@ impl AdsStream {
             );
             if let Ok(mut r) = self.plane.records.lock() {
                 r.nacks.push(nack);
+            }
+            if let (Some(client), Some(kind)) =
+                (&self.client, ResourceKind::from_type_url(&req.type_url))
+            {
+                client.nack(kind);
+            }
+        } else if !req.response_nonce.is_empty() {
+            if let (Some(client), Some(kind)) =
+                (&self.client, ResourceKind::from_type_url(&req.type_url))
+            {
+                client.ack(kind, &req.version_info);
             }
         }
         let first = !self.subs.contains_key(&req.type_url);
@@ -358,6 +385,10 @@ impl AdsStream {
             resp.resources.len(),
             self.node_id
         );
-        self.tx.send(Ok(resp)).await.map_err(|_| ())
+        self.tx.send(Ok(resp)).await.map_err(|_| ())?;
+        if let Some(client) = &self.client {
+            client.pushed(kind);
+        }
+        Ok(())
     }
 }

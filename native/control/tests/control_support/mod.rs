@@ -64,6 +64,8 @@ impl Drop for TempDir {
 pub struct Control {
     child: Child,
     pub addr: SocketAddr,
+    /// The admin listener's address, when started with `--admin`.
+    pub admin: Option<SocketAddr>,
     pub config: PathBuf,
     stderr: Arc<Mutex<String>>,
     _dir: TempDir,
@@ -78,6 +80,16 @@ impl Control {
 
     /// As [`Control::start`], polling the file every `poll_ms`.
     pub async fn start_polling(yaml: &str, poll_ms: u64) -> Control {
+        Control::start_with(yaml, poll_ms, false).await
+    }
+
+    /// As [`Control::start`], with the admin listener on a free port.
+    #[allow(dead_code)]
+    pub async fn start_with_admin(yaml: &str) -> Control {
+        Control::start_with(yaml, 50, true).await
+    }
+
+    async fn start_with(yaml: &str, poll_ms: u64, admin: bool) -> Control {
         let dir = TempDir::new("control");
         let config = dir.0.join("tether.yaml");
         std::fs::write(&config, yaml).unwrap();
@@ -86,6 +98,11 @@ impl Control {
             .arg(&config)
             .args(["--listen", "127.0.0.1:0", "--poll-ms"])
             .arg(poll_ms.to_string())
+            .args(if admin {
+                &["--admin", "127.0.0.1:0"][..]
+            } else {
+                &[]
+            })
             .arg("-v")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -116,9 +133,24 @@ impl Control {
             .unwrap_or_else(|| {
                 panic!("unexpected first line {line:?}: {}", stderr.lock().unwrap())
             });
+        let admin = if admin {
+            let line = tokio::time::timeout(Duration::from_secs(20), out.next_line())
+                .await
+                .expect("tether-control did not open its admin listener in 20 s")
+                .unwrap()
+                .unwrap_or_default();
+            Some(
+                line.strip_prefix("admin on ")
+                    .and_then(|a| a.parse().ok())
+                    .unwrap_or_else(|| panic!("unexpected second line {line:?}")),
+            )
+        } else {
+            None
+        };
         Control {
             child,
             addr,
+            admin,
             config,
             stderr,
             _dir: dir,
