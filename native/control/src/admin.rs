@@ -1,6 +1,8 @@
 //! The admin listener (`--admin ADDR`): plain HTTP/1.1 for operators, kept
-//! off the ADS port. `GET /metrics` answers the control plane's metrics
-//! ([`crate::metrics`]) in the OpenMetrics text format Prometheus scrapes;
+//! off the ADS port, and read-only: nothing on it changes state.
+//! `GET /metrics` answers the control plane's metrics ([`crate::metrics`])
+//! in the OpenMetrics text format Prometheus scrapes; `GET /drain` the
+//! drain status of every DRAINING endpoint as JSON ([`crate::load`]);
 //! anything else is 404.
 
 use std::convert::Infallible;
@@ -47,7 +49,13 @@ impl Admin {
     fn answer(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
         let (status, content_type, body) = match (request.method(), request.uri().path()) {
             (&Method::GET, "/metrics") => (StatusCode::OK, OPENMETRICS, self.metrics()),
-            (_, "/metrics") => (
+            (&Method::GET, "/drain") => (
+                StatusCode::OK,
+                "application/json",
+                serde_json::to_string_pretty(&self.plane.drain_status())
+                    .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string())),
+            ),
+            (_, "/metrics" | "/drain") => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "text/plain; charset=utf-8",
                 "GET only\n".to_owned(),
@@ -55,7 +63,7 @@ impl Admin {
             (_, path) => (
                 StatusCode::NOT_FOUND,
                 "text/plain; charset=utf-8",
-                format!("no page {path:?}: try /metrics\n"),
+                format!("no page {path:?}: try /metrics or /drain\n"),
             ),
         };
         let mut response = Response::new(Full::new(Bytes::from(body)));

@@ -6,6 +6,9 @@
 //!   keeping the last good addresses through DNS trouble, draining the
 //!   addresses that leave an answer.
 //! - [`fault`]: a route's fault injection (gRFC A33) and its `HTTPFault`.
+//! - [`load`]: what load reports say of draining endpoints (drain
+//!   readiness: busy, idle, unknown).
+//! - [`lrs`]: the load reporting service (LRS, gRFC A27) on the ADS port.
 //! - [`mod@retry`]: a route's retry policy (gRFC A44) and its `RetryPolicy`.
 //! - [`metrics`]: the control plane's own metrics (clients, pushes,
 //!   ACK/NACK, reloads, DNS names).
@@ -25,6 +28,8 @@
 pub mod admin;
 pub mod dns;
 pub mod fault;
+pub mod load;
+pub mod lrs;
 pub mod metrics;
 pub mod model;
 pub mod retry;

@@ -38,6 +38,10 @@ struct Args {
     /// `admin on <addr>`.
     #[arg(long, value_name = "ADDR")]
     admin: Option<SocketAddr>,
+    /// Let --admin listen on an address other than loopback (its pages
+    /// show every client's node ID and load).
+    #[arg(long, requires = "admin")]
+    admin_allow_remote: bool,
     /// How often to check the file for changes, in milliseconds.
     #[arg(long, default_value_t = 250)]
     poll_ms: u64,
@@ -106,6 +110,13 @@ async fn run(args: Args) -> i32 {
     };
     let addr = listener.local_addr().unwrap_or(args.listen);
     let admin = match args.admin {
+        Some(at) if !at.ip().is_loopback() && !args.admin_allow_remote => {
+            eprintln!(
+                "tether-control: --admin {at}: not a loopback address; add --admin-allow-remote to \
+                 serve the admin pages beyond this host"
+            );
+            return 2;
+        }
         Some(at) => match tokio::net::TcpListener::bind(at).await {
             Ok(l) => Some(l),
             Err(e) => {

@@ -10,7 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use envoy_types::pb::envoy::service::discovery::v3::{
     aggregated_discovery_service_server::{
@@ -23,6 +24,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::load::{DrainStatus, LoadState};
+use super::lrs::{draining_endpoints, LrsService};
 use super::metrics::{ClientGuard, Metrics};
 use super::translate::{Flavor, Translated};
 use tether_xds::resource::ResourceKind;
@@ -60,6 +63,10 @@ pub struct ControlPlane {
     tx: Arc<watch::Sender<Arc<Snapshot>>>,
     records: Arc<Mutex<Records>>,
     metrics: Metrics,
+    /// Who holds which endpoints, what they report, what drains.
+    load: Arc<Mutex<LoadState>>,
+    /// Numbers ADS and LRS streams.
+    streams: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -77,11 +84,42 @@ impl ControlPlane {
             version: 1,
             resources,
         }));
-        ControlPlane {
+        let plane = ControlPlane {
             tx: Arc::new(tx),
             records: Arc::new(Mutex::new(Records::default())),
             metrics: Metrics::new(),
-        }
+            load: Arc::default(),
+            streams: Arc::default(),
+        };
+        plane.track_draining();
+        plane
+    }
+
+    /// Starts the drain clock of endpoints the snapshot now serves
+    /// DRAINING, forgets those it no longer does.
+    fn track_draining(&self) {
+        let draining = draining_endpoints(&self.snapshot());
+        self.load(|l| l.set_draining(draining, std::time::Instant::now()));
+    }
+
+    /// Runs `f` on the load state.
+    pub(crate) fn load<T>(&self, f: impl FnOnce(&mut LoadState) -> T) -> T {
+        f(&mut self.load.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Every DRAINING endpoint's drain verdict now (`GET /drain`).
+    pub fn drain_status(&self) -> DrainStatus {
+        self.load(|l| l.status(std::time::Instant::now()))
+    }
+
+    /// A new stream's number.
+    pub(crate) fn next_stream_id(&self) -> u64 {
+        self.streams.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The snapshots as they are published.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.tx.subscribe()
     }
 
     /// The control plane's metrics (what `/metrics` shows).
@@ -102,6 +140,7 @@ impl ControlPlane {
             *cur = Arc::new(Snapshot { version, resources });
             true
         });
+        self.track_draining();
         version
     }
 
@@ -140,7 +179,9 @@ impl ControlPlane {
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         tonic::transport::Server::builder()
-            .serve_with_incoming_shutdown(self.service(), incoming, shutdown)
+            .add_service(self.service())
+            .add_service(LrsService::new(self.clone()))
+            .serve_with_incoming_shutdown(incoming, shutdown)
             .await
     }
 
@@ -153,11 +194,9 @@ impl ControlPlane {
         shutdown: impl std::future::Future<Output = ()> + Send,
     ) -> Result<(), tonic::transport::Error> {
         tonic::transport::Server::builder()
-            .serve_with_incoming_shutdown(
-                self.service(),
-                crate::tls::incoming(listener, config),
-                shutdown,
-            )
+            .add_service(self.service())
+            .add_service(LrsService::new(self.clone()))
+            .serve_with_incoming_shutdown(crate::tls::incoming(listener, config), shutdown)
             .await
     }
 }
@@ -189,6 +228,7 @@ impl AggregatedDiscoveryService for AdsService {
             subs: HashMap::new(),
             nonce: 0,
             client: None,
+            id: self.plane.next_stream_id(),
         };
         tokio::spawn(stream.run(request.into_inner()));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
@@ -222,10 +262,18 @@ struct AdsStream {
     nonce: u64,
     /// The stream in the metrics, once its node is known.
     client: Option<ClientGuard>,
+    /// The stream's number, for the drain status's holders.
+    id: u64,
 }
 
 impl AdsStream {
     async fn run(mut self, mut inbound: Streaming<DiscoveryRequest>) {
+        self.serve(&mut inbound).await;
+        let id = self.id;
+        self.plane.load(|l| l.release(id));
+    }
+
+    async fn serve(&mut self, inbound: &mut Streaming<DiscoveryRequest>) {
         loop {
             tokio::select! {
                 msg = inbound.message() => match msg {
@@ -312,6 +360,10 @@ impl AdsStream {
         let changed = first || wildcard != sub.wildcard || names != sub.names;
         sub.wildcard = wildcard;
         sub.names = names;
+        if changed && req.type_url == ResourceKind::Endpoints.type_url() {
+            let (id, node, held) = (self.id, self.node_id.clone(), sub.names.clone());
+            self.plane.load(|l| l.hold(id, &node, held));
+        }
         if changed {
             self.respond(&req.type_url, true).await
         } else {

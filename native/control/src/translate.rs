@@ -218,6 +218,9 @@ pub struct Translated {
     pub proxyless: Resources,
     /// For the Envoys `envoy.nodes` lists, by node ID, in place of `envoy`.
     pub envoy_nodes: BTreeMap<String, Resources>,
+    /// The services whose clients report load (`loadReporting`), by EDS
+    /// name, with the interval they report at.
+    pub load_reporting: BTreeMap<String, Duration>,
 }
 
 impl Translated {
@@ -302,7 +305,14 @@ pub fn translate_with(config: &Config, resolved: &Resolved) -> Translated {
 
 /// Translates a model for every client but the Envoys of `envoy.nodes`.
 fn translate_for(config: &Config, resolved: &Resolved) -> Translated {
-    let mut out = Translated::default();
+    let mut out = Translated {
+        load_reporting: config
+            .services
+            .iter()
+            .filter_map(|s| Some((s.name.clone(), s.load_reporting?.interval.0)))
+            .collect(),
+        ..Translated::default()
+    };
     let uses_session = config
         .virtualhosts
         .iter()
@@ -970,6 +980,16 @@ fn cluster(
     }
     if let Some(od) = &spec.outlier_detection {
         c.outlier_detection = Some(outlier_detection(&od.settings()));
+    }
+    // Load reports to the server the cluster came from (gRFC A27's `self`);
+    // Envoy reports through its bootstrap's load stats config instead.
+    if spec.load_reporting.is_some() && flavor == Flavor::Proxyless {
+        c.lrs_server = Some(core::ConfigSource {
+            config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Self_(
+                core::SelfConfigSource::default(),
+            )),
+            ..Default::default()
+        });
     }
     match (&spec.tls, flavor) {
         (Some(t), Flavor::Proxyless) => c.transport_socket = Some(upstream_tls(t)),

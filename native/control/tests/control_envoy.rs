@@ -643,3 +643,84 @@ async fn contours_cookie_strategy_works_in_the_channel_and_crosses_with_envoy() 
     }
     assert!(control.nacks_none(), "{}", control.stderr());
 }
+
+/// `config` with load reports every half second on `web`.
+fn reporting_config(listen: u16, endpoints: &[(SocketAddr, &str)]) -> String {
+    config(listen, endpoints).replace(
+        "  - name: web\n    endpoints:\n",
+        "  - name: web\n    loadReporting: { interval: 0.5s }\n    endpoints:\n",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_load_reports_tell_when_a_draining_backend_is_idle() {
+    let b1 = HttpBackend::start("b1").await;
+    let b2 = HttpBackend::start("b2").await;
+    let port = free_port();
+    let listener: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let healthy = [(b1.addr(), "HEALTHY"), (b2.addr(), "HEALTHY")];
+    let control = Control::start_with_admin(&reporting_config(port, &healthy)).await;
+    // Envoy reports load when its bootstrap has a load stats config.
+    let mut bootstrap: serde_json::Value =
+        serde_json::from_str(&ads_bootstrap(control.addr, "envoy-under-test")).unwrap();
+    bootstrap["cluster_manager"] = serde_json::json!({ "load_stats_config": {
+        "api_type": "GRPC",
+        "transport_api_version": "V3",
+        "grpc_services": [ { "envoy_grpc": { "cluster_name": "xds" } } ]
+    } });
+    let envoy = Envoy::start(&bootstrap.to_string())
+        .await
+        .expect("envoy starts");
+    let up = tether_testkit::wait_until(Duration::from_secs(20), || async {
+        backend_of(listener, None).await.is_some()
+    })
+    .await;
+    assert!(up, "Envoy did not serve: {}", envoy.log());
+    let (pinned, set) = backend_of(listener, None).await.unwrap();
+    let cookie = set
+        .expect("a session cookie")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let pinned_addr = if pinned == "b1" { b1.addr() } else { b2.addr() };
+
+    // The session's backend drains while the session keeps calling it.
+    control.write(&reporting_config(
+        port,
+        &healthy.map(|(a, h)| (a, if a == pinned_addr { "DRAINING" } else { h })),
+    ));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let caller = {
+        let (stop, cookie) = (stop.clone(), cookie.clone());
+        tokio::spawn(async move {
+            let mut served = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && served.len() < 2000 {
+                served.push(backend_of(listener, Some(&cookie)).await.map(|(b, _)| b));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            served
+        })
+    };
+    let busy = control
+        .until_drain(pinned_addr, "the session on it", |e| e["verdict"] == "busy")
+        .await;
+    let client = &busy["clients"][0];
+    assert_eq!(client["node"], "envoy-under-test", "{busy}");
+    assert_eq!(client["granularity"], "endpoint", "{busy}");
+    assert!(client["requests"].as_u64() > Some(0), "{busy}");
+
+    // The session ends: Envoy's next reports show no request to it.
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let served = caller.await.unwrap();
+    assert!(
+        served.iter().all(|b| b.as_deref() == Some(pinned.as_str())),
+        "the session stayed on {pinned} while it drained: {served:?}"
+    );
+    let idle = control
+        .until_drain(pinned_addr, "the session ended", |e| e["verdict"] == "idle")
+        .await;
+    assert_eq!(idle["clients"][0]["state"], "idle", "{idle}");
+    assert!(idle["idle_for_s"].as_f64().is_some(), "{idle}");
+    drop(envoy);
+}

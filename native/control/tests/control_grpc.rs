@@ -525,3 +525,105 @@ async fn tether_channel_fails_over_like_grpcio_through_aggregate_services() {
         t.abort();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_load_reports_make_a_draining_endpoint_busy_then_idle() {
+    let (a1, t1) = start_backend("echo-1").await;
+    let (a2, t2) = start_backend("echo-2").await;
+    // echo-2 drains in a locality of its own: C-core reports per locality,
+    // so its figures for us/b are echo-2's alone.
+    let yaml = format!(
+        r#"virtualhosts:
+  - name: echo.tether.test
+    routes:
+      - services:
+          - name: echo
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
+            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
+services:
+  - name: echo
+    protocol: h2c
+    loadReporting: {{ interval: 0.5s }}
+    endpoints:
+      - address: {a1}
+        locality: us/a
+      - address: {a2}
+        locality: us/b
+        health: DRAINING
+"#
+    );
+    let control = Control::start_with_admin(&yaml).await;
+    let dir = TempDir::new("grpc-drain");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("grpcio-drain"));
+    let client = grpcio_client(&bootstrap).await;
+
+    // Before any client: nobody can use it.
+    control
+        .until_drain(a2, "no client", |e| e["verdict"] == "idle")
+        .await;
+
+    // A session pinned to echo-2 keeps calling it while it drains (A55).
+    let mut pinned = tether_core::cookie::SessionCookie::new(tether_core::AddressList::one(a2));
+    pinned.cluster = Some("echo/session".to_owned());
+    let value = tether_core::cookie::encode(&pinned, tether_core::Format::Grpc, None).unwrap();
+    let cookie = format!("grpc-session={value}");
+    let calls = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let args: Vec<String> = [
+                "--pace",
+                "100",
+                "xds:///echo.tether.test",
+                "40",
+                cookie.as_str(),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            client.run(&args, None).await
+        })
+    };
+    let busy = control
+        .until_drain(a2, "C-core's session on it", |e| e["verdict"] == "busy")
+        .await;
+    let reporter = &busy["clients"][0];
+    assert_eq!(reporter["node"], "grpcio-drain", "{busy}");
+    assert_eq!(reporter["granularity"], "locality", "{busy}");
+    assert!(reporter["requests"].as_u64() > Some(0), "{busy}");
+    assert_eq!(busy["cluster"], "echo");
+    assert_eq!(busy["health"], "DRAINING");
+
+    let calls = calls.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(calls.len(), 40);
+    assert!(calls.iter().all(|c| c.backend == "echo-2"), "{calls:?}");
+
+    // The client is gone (its streams ended): dropped from the verdict.
+    control
+        .until_drain(a2, "the client left", |e| {
+            e["verdict"] == "idle" && e["clients"].as_array().is_some_and(|c| c.is_empty())
+        })
+        .await;
+
+    // A client that holds the cluster but does not report: unknown, never idle.
+    let holder = tether_xds::XdsClient::start(
+        tether_xds::bootstrap::Bootstrap::from_json(&control.bootstrap_json("tether-holder"))
+            .unwrap(),
+    )
+    .unwrap();
+    let endpoints = holder.watch(tether_xds::resource::ResourceKind::Endpoints, "echo");
+    let unknown = control
+        .until_drain(a2, "a holder without LRS", |e| e["verdict"] == "unknown")
+        .await;
+    assert_eq!(unknown["clients"][0]["node"], "tether-holder", "{unknown}");
+    assert_eq!(unknown["clients"][0]["state"], "not reporting", "{unknown}");
+    drop(endpoints);
+    drop(holder);
+    control
+        .until_drain(a2, "the holder left", |e| e["verdict"] == "idle")
+        .await;
+    t1.abort();
+    t2.abort();
+}

@@ -288,3 +288,23 @@ async fn prometheus_scrapes_clients_acks_nacks_reloads_and_dns_names() {
         )
         .await;
 }
+
+#[tokio::test]
+async fn the_admin_listener_stays_on_loopback_unless_asked() {
+    let dir = TempDir::new("admin-remote");
+    let config = dir.0.join("tether.yaml");
+    std::fs::write(&config, "services: []\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tether-control"))
+        .arg("--config")
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0", "--admin", "0.0.0.0:0"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--admin 0.0.0.0:0") && err.contains("--admin-allow-remote"),
+        "{err}"
+    );
+}

@@ -30,6 +30,12 @@ mod attempt;
 mod attempts;
 pub mod call;
 pub mod config;
+// The route table: crate-private, or public (hidden from the docs) with
+// the `internals` feature, for the fuzz targets.
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod config_selector;
+#[cfg(not(feature = "internals"))]
 pub(crate) mod config_selector;
 mod deadline;
 pub mod fault;

@@ -51,6 +51,7 @@ pub use schema::route::{
 };
 pub use schema::service::{
     split_locality, EndpointSpec, EnvoyTlsFiles, FailurePercentageSpec, KeepaliveSpec,
-    OutlierDetectionSpec, Protocol, SanMatcherSpec, ServiceSpec, ServiceTlsSpec, SuccessRateSpec,
+    LoadReportingSpec, OutlierDetectionSpec, Protocol, SanMatcherSpec, ServiceSpec, ServiceTlsSpec,
+    SuccessRateSpec,
 };
 pub use schema::{Config, Overrides};

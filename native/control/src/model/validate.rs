@@ -15,8 +15,8 @@ use tether_xds::lb_config::weighted_round_robin::Settings as WrrSettings;
 use super::analysis::{shared_cluster_conflict, Shared};
 use super::{
     Condition, Config, CustomPolicySpec, EnvoyTlsFiles, KeepaliveSpec, LoadBalancerPolicy,
-    ModelError, OutlierDetectionSpec, Protocol, RouteSpec, SanMatcherSpec, ServiceSpec,
-    ServiceTlsSpec, SessionClusterSettings, Strategy, WeightedRoundRobinSpec,
+    LoadReportingSpec, ModelError, OutlierDetectionSpec, Protocol, RouteSpec, SanMatcherSpec,
+    ServiceSpec, ServiceTlsSpec, SessionClusterSettings, Strategy, WeightedRoundRobinSpec,
 };
 
 impl Config {
@@ -104,6 +104,9 @@ impl Config {
             }
             if let Some(k) = &s.keepalive {
                 keepalive(s, k, &at)?;
+            }
+            if let Some(l) = &s.load_reporting {
+                load_reporting(s, l, &at)?;
             }
             endpoints(s, &at)?;
         }
@@ -532,6 +535,31 @@ fn keepalive(s: &ServiceSpec, k: &KeepaliveSpec, at: &str) -> Result<(), ModelEr
     }
     Ok(())
 }
+
+/// A service's `loadReporting`: an interval clients can keep, on a
+/// service with endpoints of its own.
+fn load_reporting(s: &ServiceSpec, l: &LoadReportingSpec, at: &str) -> Result<(), ModelError> {
+    if s.aggregate.is_some() {
+        return Err(ModelError::invalid(
+            format!("{at}.loadReporting"),
+            &s.name,
+            "belongs on the services an aggregate service names (load is reported per underlying cluster)",
+        ));
+    }
+    let d = l.interval.0;
+    if !(MIN_LOAD_REPORTING..=MAX_LOAD_REPORTING).contains(&d) {
+        return Err(ModelError::invalid(
+            format!("{at}.loadReporting.interval"),
+            format!("{}s", d.as_secs_f64()),
+            "must be from 0.1s to 1h",
+        ));
+    }
+    Ok(())
+}
+
+/// Bounds of `loadReporting.interval`.
+const MIN_LOAD_REPORTING: Duration = Duration::from_millis(100);
+const MAX_LOAD_REPORTING: Duration = Duration::from_secs(3600);
 
 /// A service's endpoints (weights, addresses each once in the service,
 /// localities, priorities contiguous from 0) and its locality weights.

@@ -157,6 +157,40 @@ impl Control {
         }
     }
 
+    /// The status of the DRAINING endpoint `address` in `GET /drain` (the
+    /// admin listener), once it satisfies `want`; panics after 30 s,
+    /// naming `what` and the last status.
+    #[allow(dead_code)]
+    pub async fn until_drain(
+        &self,
+        address: SocketAddr,
+        what: &str,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let admin = self.admin.expect("started with --admin");
+        let start = std::time::Instant::now();
+        loop {
+            let last = match tether_testkit::client::get(admin, "/drain", &[]).await {
+                Ok(page) => page.json()["endpoints"]
+                    .as_array()
+                    .and_then(|l| l.iter().find(|e| e["address"] == address.to_string()))
+                    .cloned()
+                    .unwrap_or_default(),
+                Err(e) => serde_json::Value::String(e),
+            };
+            if want(&last) {
+                return last;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{what}: the status of {address} is {last}"
+            );
+            // The status changes with each report (a second apart at most
+            // in the tests).
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Replaces the configuration file (atomically, as editors do).
     pub fn write(&self, yaml: &str) {
         let tmp = self.config.with_extension("tmp");

@@ -54,6 +54,20 @@ pub struct ServiceSpec {
     /// provider instances.
     #[serde(default)]
     pub tls: Option<ServiceTlsSpec>,
+    /// Load reports from the service's clients (LRS, gRFC A27): proxyless
+    /// clients get `lrs_server` on its clusters and report to
+    /// tether-control; Envoy reports when its bootstrap has a load stats
+    /// config. Drain readiness reads them.
+    #[serde(default, rename = "loadReporting")]
+    pub load_reporting: Option<LoadReportingSpec>,
+}
+
+/// `loadReporting` of a service.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LoadReportingSpec {
+    /// How often clients report (LRS's `load_reporting_interval`).
+    pub interval: DurationField,
 }
 
 /// `tls` of a service: what proxyless clients get as the cluster's

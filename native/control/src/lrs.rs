@@ -1,0 +1,355 @@
+//! The load reporting service (LRS, gRFC A27) on the ADS port: a client
+//! opens a stream, tether-control answers with the clusters whose services
+//! ask for load reports (`loadReporting`), their interval and
+//! `report_endpoint_granularity`, and each report updates the drain
+//! status ([`crate::load`]). The answer is sent again when the snapshot
+//! changes what the client should report. A report for a cluster nobody
+//! asked about, or with figures no client could have counted, is logged
+//! and left out.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::config::cluster::v3 as cpb;
+use envoy_types::pb::envoy::config::core::v3 as core;
+use envoy_types::pb::envoy::config::endpoint::v3 as epb;
+use envoy_types::pb::envoy::service::load_stats::v3::load_reporting_service_server::{
+    LoadReportingService, LoadReportingServiceServer,
+};
+use envoy_types::pb::envoy::service::load_stats::v3::{LoadStatsRequest, LoadStatsResponse};
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::load::{ClusterReport, DrainingEndpoint, EndpointLoad};
+use crate::server::{ControlPlane, Snapshot};
+use crate::translate::Flavor;
+use tether_xds::resource::ResourceKind;
+
+/// The interval asked for when no service asks for reports (clients then
+/// report nothing: the cluster list is empty).
+const IDLE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// More requests than any client counts in one interval: such a report is
+/// refused rather than let skew a verdict.
+const ABSURD: u64 = 1_000_000_000_000;
+
+/// The LRS service of a control plane.
+#[derive(Debug, Clone)]
+pub struct LrsService {
+    plane: ControlPlane,
+}
+
+impl LrsService {
+    /// The service answering for `plane`.
+    pub fn new(plane: ControlPlane) -> LoadReportingServiceServer<LrsService> {
+        LoadReportingServiceServer::new(LrsService { plane })
+    }
+}
+
+type ResponseStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<LoadStatsResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl LoadReportingService for LrsService {
+    type StreamLoadStatsStream = ResponseStream;
+
+    async fn stream_load_stats(
+        &self,
+        request: Request<Streaming<LoadStatsRequest>>,
+    ) -> Result<Response<Self::StreamLoadStatsStream>, Status> {
+        let (tx, rx) = mpsc::channel(4);
+        let plane = self.plane.clone();
+        tokio::spawn(run(plane, request.into_inner(), tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// What a client of `flavor` is asked to report under `snapshot`.
+fn ask(snapshot: &Snapshot, flavor: Flavor, node: &str) -> LoadStatsResponse {
+    let reporting = &snapshot.resources.load_reporting;
+    let mut clusters = Vec::new();
+    let mut interval: Option<Duration> = None;
+    let resources = snapshot.resources.for_node(flavor, node);
+    for (name, any) in resources.get(&ResourceKind::Cluster).into_iter().flatten() {
+        let Ok(cluster) = cpb::Cluster::decode(any.value.as_slice()) else {
+            continue;
+        };
+        let service = cluster
+            .eds_cluster_config
+            .map(|e| e.service_name)
+            .unwrap_or_default();
+        if let Some(every) = reporting.get(&service) {
+            clusters.push(name.clone());
+            interval = Some(interval.map_or(*every, |i| i.min(*every)));
+        }
+    }
+    let every = interval.unwrap_or(IDLE_INTERVAL);
+    LoadStatsResponse {
+        clusters,
+        send_all_clusters: false,
+        load_reporting_interval: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: every.as_secs() as i64,
+            nanos: every.subsec_nanos() as i32,
+        }),
+        report_endpoint_granularity: true,
+    }
+}
+
+/// The EDS service of each cluster the client may report, by cluster name.
+fn services(snapshot: &Snapshot, flavor: Flavor, node: &str) -> BTreeMap<String, String> {
+    let resources = snapshot.resources.for_node(flavor, node);
+    resources
+        .get(&ResourceKind::Cluster)
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, any)| {
+            let cluster = cpb::Cluster::decode(any.value.as_slice()).ok()?;
+            Some((name.clone(), cluster.eds_cluster_config?.service_name))
+        })
+        .collect()
+}
+
+async fn run(
+    plane: ControlPlane,
+    mut inbound: Streaming<LoadStatsRequest>,
+    tx: mpsc::Sender<Result<LoadStatsResponse, Status>>,
+) {
+    let stream = plane.next_stream_id();
+    let mut snapshots = plane.subscribe();
+    let mut node = None::<(String, Flavor)>;
+    let mut asked: Option<LoadStatsResponse> = None;
+    loop {
+        tokio::select! {
+            message = inbound.message() => match message {
+                Ok(Some(request)) => {
+                    if node.is_none() {
+                        let n = request.node.clone().unwrap_or_default();
+                        let flavor = if n.user_agent_name == "envoy" { Flavor::Envoy } else { Flavor::Proxyless };
+                        log::info!("load reports from node {:?}", n.id);
+                        node = Some((n.id, flavor));
+                    }
+                    let Some((id, flavor)) = &node else { continue };
+                    let snapshot = snapshots.borrow_and_update().clone();
+                    record(&plane, stream, id, &services(&snapshot, *flavor, id), &request);
+                    let answer = ask(&snapshot, *flavor, id);
+                    if asked.as_ref() != Some(&answer) {
+                        if tx.send(Ok(answer.clone())).await.is_err() {
+                            break;
+                        }
+                        asked = Some(answer);
+                    }
+                }
+                Ok(None) | Err(_) => break,
+            },
+            changed = snapshots.changed() => {
+                if changed.is_err() {
+                    break;
+                }
+                let Some((id, flavor)) = &node else { continue };
+                let answer = ask(&snapshots.borrow_and_update(), *flavor, id);
+                if asked.as_ref() != Some(&answer) {
+                    if tx.send(Ok(answer.clone())).await.is_err() {
+                        break;
+                    }
+                    asked = Some(answer);
+                }
+            }
+        }
+    }
+    if let Some((id, _)) = &node {
+        log::info!("load reports from node {id:?} ended");
+    }
+    plane.load(|l| l.stop_reporting(stream));
+}
+
+/// Records what `request` reports of each service: a service's clusters
+/// (one per strategy its routes use, all over its one EDS resource) are
+/// added up, so that an idle cluster never hides a busy one.
+fn record(
+    plane: &ControlPlane,
+    stream: u64,
+    node: &str,
+    services: &BTreeMap<String, String>,
+    request: &LoadStatsRequest,
+) {
+    let now = Instant::now();
+    let mut by_service: BTreeMap<String, ClusterReport> = BTreeMap::new();
+    for stats in &request.cluster_stats {
+        let service = if stats.cluster_service_name.is_empty() {
+            services.get(&stats.cluster_name).cloned()
+        } else {
+            Some(stats.cluster_service_name.clone())
+        };
+        let Some(service) = service.filter(|s| services.values().any(|v| v == s)) else {
+            log::debug!(
+                "node {node:?} reported load for cluster {:?} ({:?}), which it was not given: left out",
+                stats.cluster_name,
+                stats.cluster_service_name
+            );
+            continue;
+        };
+        match report(stats) {
+            Ok(r) => by_service.entry(service).or_default().add(r),
+            Err(why) => log::warn!(
+                "node {node:?} reported load for cluster {:?} that is left out: {why}",
+                stats.cluster_name
+            ),
+        }
+    }
+    plane.load(|l| {
+        for (service, r) in by_service {
+            l.report(stream, node, &service, r, now);
+        }
+    });
+}
+
+/// One cluster's stats as the verdicts read them.
+fn report(stats: &epb::ClusterStats) -> Result<ClusterReport, String> {
+    let mut out = ClusterReport::default();
+    for l in &stats.upstream_locality_stats {
+        let load = l
+            .total_issued_requests
+            .checked_add(l.total_requests_in_progress)
+            .filter(|n| *n < ABSURD)
+            .ok_or_else(|| {
+                format!(
+                    "locality {:?}: {} issued and {} in progress",
+                    locality_key(l.locality.as_ref()),
+                    l.total_issued_requests,
+                    l.total_requests_in_progress
+                )
+            })?;
+        *out.localities
+            .entry(locality_key(l.locality.as_ref()))
+            .or_default() += load;
+        for e in &l.upstream_endpoint_stats {
+            let Some(address) = socket_address(e.address.as_ref()) else {
+                return Err(format!("endpoint address {:?} is not IP:PORT", e.address));
+            };
+            let requests = e
+                .total_issued_requests
+                .checked_add(e.total_requests_in_progress)
+                .filter(|n| *n < ABSURD)
+                .ok_or_else(|| format!("endpoint {address}: {} issued", e.total_issued_requests))?;
+            let endpoints = out.endpoints.get_or_insert_with(BTreeMap::new);
+            let entry: &mut EndpointLoad = endpoints.entry(address).or_default();
+            entry.requests += requests;
+        }
+    }
+    Ok(out)
+}
+
+/// `region/zone/sub_zone`, as the draining endpoints name their locality.
+pub(crate) fn locality_key(l: Option<&core::Locality>) -> String {
+    let l = l.cloned().unwrap_or_default();
+    format!("{}/{}/{}", l.region, l.zone, l.sub_zone)
+}
+
+fn socket_address(a: Option<&core::Address>) -> Option<SocketAddr> {
+    match a?.address.as_ref()? {
+        core::address::Address::SocketAddress(s) => {
+            let ip: IpAddr = s.address.parse().ok()?;
+            let port = match s.port_specifier.as_ref()? {
+                core::socket_address::PortSpecifier::PortValue(p) => u16::try_from(*p).ok()?,
+                _ => return None,
+            };
+            Some(SocketAddr::new(ip, port))
+        }
+        _ => None,
+    }
+}
+
+/// The DRAINING endpoints of a snapshot's proxyless ClusterLoadAssignments.
+pub(crate) fn draining_endpoints(snapshot: &Snapshot) -> BTreeSet<DrainingEndpoint> {
+    let mut out = BTreeSet::new();
+    let assignments = snapshot.resources.proxyless.get(&ResourceKind::Endpoints);
+    for (service, any) in assignments.into_iter().flatten() {
+        let Ok(cla) = epb::ClusterLoadAssignment::decode(any.value.as_slice()) else {
+            continue;
+        };
+        for group in &cla.endpoints {
+            let locality = locality_key(group.locality.as_ref());
+            for e in &group.lb_endpoints {
+                if e.health_status != core::HealthStatus::Draining as i32 {
+                    continue;
+                }
+                let address = match &e.host_identifier {
+                    Some(epb::lb_endpoint::HostIdentifier::Endpoint(ep)) => {
+                        socket_address(ep.address.as_ref())
+                    }
+                    _ => None,
+                };
+                if let Some(address) = address {
+                    out.insert(DrainingEndpoint {
+                        service: service.clone(),
+                        address,
+                        locality: locality.clone(),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn endpoint(address: &str, port: u32, issued: u64) -> epb::UpstreamEndpointStats {
+        epb::UpstreamEndpointStats {
+            address: Some(core::Address {
+                address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                    address: address.to_owned(),
+                    port_specifier: Some(core::socket_address::PortSpecifier::PortValue(port)),
+                    ..Default::default()
+                })),
+            }),
+            total_issued_requests: issued,
+            ..Default::default()
+        }
+    }
+
+    fn stats(issued: u64, endpoints: Vec<epb::UpstreamEndpointStats>) -> epb::ClusterStats {
+        epb::ClusterStats {
+            cluster_name: "web/session".into(),
+            upstream_locality_stats: vec![epb::UpstreamLocalityStats {
+                locality: Some(core::Locality {
+                    region: "us".into(),
+                    zone: "a".into(),
+                    ..Default::default()
+                }),
+                total_issued_requests: issued,
+                total_requests_in_progress: 1,
+                upstream_endpoint_stats: endpoints,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reports_reduce_to_requests_per_locality_and_endpoint() {
+        let r = report(&stats(4, vec![endpoint("10.0.0.2", 8080, 3)])).unwrap();
+        assert_eq!(r.localities["us/a/"], 5, "issued plus in progress");
+        let endpoints = r.endpoints.unwrap();
+        assert_eq!(endpoints[&"10.0.0.2:8080".parse().unwrap()].requests, 3);
+        // Per locality only (C-core): no endpoint figures at all.
+        assert!(report(&stats(4, vec![])).unwrap().endpoints.is_none());
+    }
+
+    #[test]
+    fn absurd_figures_and_bad_addresses_are_refused() {
+        let e = report(&stats(u64::MAX, vec![])).unwrap_err();
+        assert!(e.contains("us/a/"), "{e}");
+        let e = report(&stats(1, vec![endpoint("10.0.0.2", 8080, ABSURD)])).unwrap_err();
+        assert!(e.contains("10.0.0.2:8080"), "{e}");
+        let e = report(&stats(1, vec![endpoint("not-an-ip", 8080, 1)])).unwrap_err();
+        assert!(e.contains("not IP:PORT"), "{e}");
+        let e = report(&stats(1, vec![endpoint("10.0.0.2", 70000, 1)])).unwrap_err();
+        assert!(e.contains("not IP:PORT"), "{e}");
+    }
+}
