@@ -6,7 +6,7 @@ that answered, its address, and the Set-Cookie of the response's initial
 metadata, and "ms", how long the call took in milliseconds. The bootstrap
 comes from GRPC_XDS_BOOTSTRAP.
 
-usage: grpc_xds_client.py [--warm N] [--warm-seconds S] [--keys-header NAME] [--message TEXT] [--jar]
+usage: grpc_xds_client.py [--service-config JSON] [--channel-arg KEY=N]... [--warm N] [--warm-seconds S] [--keys-header NAME] [--message TEXT] [--jar]
                           [--keep-going] [--failures-ok] [--pace MS] [--keepalive MS TIMEOUT_MS]
                           [--xds-creds] [--fail-fast] [--metadata KEY:VALUE]... [--timeout S]
                           [--message-size N]
@@ -64,6 +64,16 @@ usable, instead of waiting for one (gRPC's wait_for_ready off).
 
 --message-size N sends a message of N bytes ("x" repeated) instead (too
 large for a command line, e.g. above a retry buffer).
+
+--service-config JSON gives the channel a default service config (the
+grpc.service_config channel argument), e.g. a loadBalancingConfig for a
+dns: target.
+
+--channel-arg KEY=N sets the integer channel argument KEY (repeatable), e.g.
+grpc.dns_min_time_between_resolutions_ms=100.
+
+The target may be any gRPC target (dns:, ipv4:, unix:, ...): the bootstrap
+is only read for xds: targets.
 
 --concurrency N makes the CALLS calls from N threads at once over the one
 channel, each thread starting its next call when the last one answered
@@ -252,13 +262,20 @@ def main():
             timeout = float(args[1])
         elif args[0] == "--message-size":
             message = "x" * int(args[1])
+        elif args[0] == "--service-config":
+            options.append(("grpc.service_config", args[1]))
+        elif args[0] == "--channel-arg":
+            key, sep, value = args[1].partition("=")
+            if not sep:
+                sys.exit("--channel-arg wants KEY=N, not %r" % args[1])
+            options.append((key, int(value)))
         elif args[0] == "--concurrency":
             concurrency = int(args[1])
         elif args[0] == "--pace":
             pace = int(args[1]) / 1000.0
         elif args[0] == "--keepalive":
-            options = [("grpc.keepalive_time_ms", int(args[1])),
-                       ("grpc.keepalive_timeout_ms", int(args[2]))]
+            options += [("grpc.keepalive_time_ms", int(args[1])),
+                        ("grpc.keepalive_timeout_ms", int(args[2]))]
             args = args[3:]
             continue
         elif args[0] == "--xds-creds":

@@ -98,12 +98,21 @@ impl Backend<Grpc> {
     /// finish, then the connection closes. The counter counts the GOAWAYs
     /// sent.
     pub async fn start_rotating(name: &str, max_age: Duration) -> (GrpcBackend, Arc<AtomicU64>) {
+        Self::start_rotating_on(name, "127.0.0.1:0".parse().expect("addr"), max_age).await
+    }
+
+    /// [`Backend::start_rotating`] on `addr` (e.g. one of several loopback
+    /// addresses sharing a port, as the instances of a scaled service).
+    pub async fn start_rotating_on(
+        name: &str,
+        addr: SocketAddr,
+        max_age: Duration,
+    ) -> (GrpcBackend, Arc<AtomicU64>) {
         let goaways = Arc::new(AtomicU64::new(0));
         let rotation = Rotation {
             max_age,
             goaways: goaways.clone(),
         };
-        let addr = "127.0.0.1:0".parse().expect("addr");
         let backend = Self::start_wrapped_full(
             name,
             bind(addr).await,

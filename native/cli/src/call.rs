@@ -49,11 +49,19 @@ pub struct CallArgs {
     /// GRPC_XDS_BOOTSTRAP, or the JSON in GRPC_XDS_BOOTSTRAP_CONFIG.
     #[arg(long, value_name = "FILE")]
     bootstrap: Option<PathBuf>,
-    /// xds:///NAME (the listener and virtual host, from the bootstrap's control plane), or
-    /// static:///ADDR[,ADDR...]: round robin over those IP:PORT endpoints, one locality,
-    /// priority 0, cluster "static".
+    /// xds:///NAME (the listener and virtual host, from the bootstrap's control plane);
+    /// static:///ADDR[,ADDR...] (round robin over those IP:PORT endpoints, cluster "static");
+    /// dns:[//SERVER/]HOST[:PORT] (every address HOST resolves to, port 443 by default; a
+    /// target without a scheme, such as localhost:50051, is dns:///TARGET, as in gRPC);
+    /// ipv4:IP:PORT[,...], ipv6:[IP]:PORT[,...]; unix:PATH, unix:///PATH; or tonic's
+    /// http://HOST[:PORT] and https://HOST[:PORT] (TLS, the system's roots unless --tls-ca).
     #[arg(value_name = "TARGET", value_parser = parse_target)]
-    target: Target,
+    target: TargetArg,
+    /// For a target without xDS: gRPC's default service config JSON, whose
+    /// loadBalancingConfig picks the LB policy (pick_first when not given), e.g.
+    /// '{"loadBalancingConfig": [{"round_robin": {}}]}'.
+    #[arg(long, value_name = "JSON")]
+    service_config: Option<String>,
     /// The full method name: /package.Service/Method (the leading slash may be left out).
     #[arg(value_name = "METHOD", value_parser = parse_method)]
     method: PathAndQuery,
@@ -117,10 +125,21 @@ pub struct CallArgs {
     verbose: u8,
 }
 
-fn parse_target(text: &str) -> Result<Target, String> {
-    Target::parse(text).map_err(|e| match e {
+/// A target as written and as parsed.
+#[derive(Debug, Clone)]
+struct TargetArg {
+    text: String,
+    parsed: Target,
+}
+
+fn parse_target(text: &str) -> Result<TargetArg, String> {
+    let parsed = Target::parse(text).map_err(|e| match e {
         ChannelError::Target { problem, .. } => problem.to_string(),
         other => other.to_string(),
+    })?;
+    Ok(TargetArg {
+        text: text.to_owned(),
+        parsed,
     })
 }
 
@@ -227,22 +246,36 @@ pub fn run(a: CallArgs) -> i32 {
             }
         }
     }
-    let builder = match &a.target {
-        Target::Xds { .. } => match read_bootstrap(a.bootstrap.as_deref()) {
-            Ok(b) => builder.bootstrap(b),
-            Err(e) => {
-                eprintln!("tether: {e}");
-                return 1;
+    let builder = match &a.target.parsed {
+        Target::Xds { .. } => {
+            if a.service_config.is_some() {
+                eprintln!(
+                    "tether: --service-config: an xds:/// target takes its LB policy from xDS \
+                     (target {:?})",
+                    a.target.text
+                );
+                return 2;
             }
-        },
-        Target::Static(_) => {
+            match read_bootstrap(a.bootstrap.as_deref()) {
+                Ok(b) => builder.bootstrap(b),
+                Err(e) => {
+                    eprintln!("tether: {e}");
+                    return 1;
+                }
+            }
+        }
+        _ => {
             if let Some(path) = &a.bootstrap {
                 log::warn!(
-                    "--bootstrap {}: not used by a static:/// target",
-                    path.display()
+                    "--bootstrap {}: not used by the target {:?} (only by xds:///)",
+                    path.display(),
+                    a.target.text
                 );
             }
-            builder
+            match &a.service_config {
+                Some(json) => builder.default_service_config(json.clone()),
+                None => builder,
+            }
         }
     };
     let Some(runtime) = super::runtime() else {
@@ -250,12 +283,13 @@ pub fn run(a: CallArgs) -> i32 {
     };
     runtime.block_on(async move {
         // The channel spawns its tasks: it must be made inside the runtime.
-        let channel = match &a.target {
-            Target::Xds { name } => builder.connect(&format!("xds:///{name}")),
-            Target::Static(config) => builder.connect_static(*config.clone()),
-        };
-        match channel {
+        match builder.connect(&a.target.text) {
             Ok(channel) => calls(&a, channel).await,
+            // Usage errors: what was given cannot work.
+            Err(e @ (ChannelError::Target { .. } | ChannelError::ServiceConfig { .. })) => {
+                eprintln!("tether: {e}");
+                2
+            }
             Err(e) => {
                 eprintln!("tether: {e}");
                 1

@@ -451,9 +451,66 @@ async fn data_is_sent_as_raw_bytes_even_when_not_utf8() {
 }
 
 #[tokio::test]
+async fn dns_ipv4_and_http_targets_reach_the_backend() {
+    let dns = tether_testkit::dns::DnsServer::start().await;
+    let backend = GrpcBackend::start("echo").await;
+    let port = backend.addr().port();
+    dns.set("echo.test", &[backend.addr().ip()]);
+    let names = HashMap::from([(backend.addr().to_string(), backend.name())]);
+    for target in [
+        format!("dns://{}/echo.test:{port}", dns.addr()),
+        format!("ipv4:127.0.0.1:{port}"),
+        format!("http://127.0.0.1:{port}"),
+        format!("127.0.0.1:{port}"),
+    ] {
+        let run = call(&[
+            &target,
+            ECHO,
+            "--data",
+            HI,
+            "--timeout",
+            "10",
+            "--service-config",
+            r#"{"loadBalancingConfig": [{"round_robin": {}}]}"#,
+        ])
+        .await;
+        assert_eq!(run.status.code(), Some(0), "{target}: {}", run.stderr);
+        assert_eq!(run.calls().len(), 1, "{target}");
+        assert_answered_by_peer(&run, &names);
+    }
+    // A name that resolves to nothing: UNAVAILABLE naming it, exit 1.
+    let run = call(&[
+        &format!("dns://{}/nope.test:{port}", dns.addr()),
+        ECHO,
+        "--timeout",
+        "10",
+    ])
+    .await;
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    let c = run.calls()[0];
+    assert_eq!(c["code"], "UNAVAILABLE", "{c}");
+    assert!(c["message"].as_str().unwrap().contains("nope.test"), "{c}");
+}
+
+#[tokio::test]
 async fn usage_errors_exit_2_naming_the_value() {
     for (args, needle) in [
-        (vec!["dns:///x", ECHO], "dns:///x"),
+        (vec!["dns:///x:http", ECHO], "port \"http\""),
+        (vec!["ipv4:127.0.0.1", ECHO], "gRPC requires the port"),
+        (vec!["unix:", ECHO], "no socket path"),
+        (
+            vec![
+                "dns:///x:1",
+                ECHO,
+                "--service-config",
+                r#"{"loadBalancingConfig": 1}"#,
+            ],
+            "loadBalancingConfig: 1 is not an array",
+        ),
+        (
+            vec!["xds:///x", ECHO, "--service-config", "{}"],
+            "an xds:/// target takes its LB policy from xDS",
+        ),
         (vec!["static:///localhost:1", ECHO], "localhost:1"),
         (vec!["static:///127.0.0.1:1", "Echo"], "Echo"),
         (

@@ -61,7 +61,13 @@ pub(crate) fn call(
     request: http::Request<Body>,
     jar: Option<JarCall>,
 ) -> impl Future<Output = Result<http::Response<Body>, std::convert::Infallible>> + Send {
-    let deadline = grpc_timeout(request.headers()).map(|t| Instant::now() + t);
+    // The shorter of the call's own and the channel's default, as tonic's
+    // `Endpoint::timeout` does.
+    let timeout = match (grpc_timeout(request.headers()), inner.default_timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let deadline = timeout.map(|t| Instant::now() + t);
     let session = jar.as_ref().map(|j| j.session_id().0);
     async move {
         let mut attempts = 0;
@@ -163,7 +169,10 @@ fn run<'a>(
         };
         let (mut parts, body) = request.into_parts();
         on_request(&config, &mut call, &parts).await?;
-        parts.uri = uri_for(&inner.authority, &parts.uri)?;
+        parts.uri = uri_for(&inner.scheme, &inner.authority, &parts.uri)?;
+        if let Some(ua) = &inner.user_agent {
+            parts.headers.insert(http::header::USER_AGENT, ua.clone());
+        }
         // The first pick reads the snapshot that routed the call (read
         // moments ago), unless a filter waited in between.
         let routed_by = (!call.waited).then_some(routed_by);
@@ -216,13 +225,13 @@ fn run<'a>(
     }
 }
 
-fn uri_for(authority: &http::uri::Authority, uri: &Uri) -> Result<Uri, Status> {
+fn uri_for(scheme: &Scheme, authority: &http::uri::Authority, uri: &Uri) -> Result<Uri, Status> {
     let path = uri
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
     Uri::builder()
-        .scheme(Scheme::HTTP)
+        .scheme(scheme.clone())
         .authority(authority.clone())
         .path_and_query(path)
         .build()

@@ -43,6 +43,7 @@ mod pick;
 mod replay;
 mod resolver;
 pub mod retry;
+mod service_config;
 pub mod target;
 mod work_serializer;
 
@@ -52,8 +53,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::AbortHandle;
 
 use crate::credentials::{ProviderStore, TlsConfig};
@@ -66,7 +68,8 @@ use crate::xds::client::ClientOptions;
 use crate::xds::XdsClient;
 pub use call::{Attempts, PickedPeer};
 pub use config::{ChannelConfig, StaticConfig, StaticConfigError, StaticEndpoint};
-pub use target::{Target, TargetProblem};
+pub use target::{DnsName, Target, TargetProblem};
+use tether_core::http::set_cookie::CookieSpec;
 use work_serializer::{Control, Shared, WorkSerializer};
 
 /// Marks a call `wait_for_ready` (or not), overriding the channel's
@@ -99,6 +102,31 @@ pub enum ChannelError {
         /// What is wrong.
         problem: String,
     },
+    /// The default service config
+    /// ([`ChannelBuilder::default_service_config`]) is not usable.
+    ServiceConfig {
+        /// The JSON given.
+        json: String,
+        /// What is wrong, naming the field and the value.
+        problem: String,
+    },
+    /// A builder option's value is not usable.
+    Option {
+        /// The builder method.
+        option: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The DNS resolver could not be set up (the system's configuration
+    /// unreadable).
+    Resolver {
+        /// The target.
+        target: String,
+        /// Why.
+        problem: String,
+    },
 }
 
 impl fmt::Display for ChannelError {
@@ -111,6 +139,17 @@ impl fmt::Display for ChannelError {
                 "a channel must be made inside a tokio runtime (its LB and resolver tasks run there)",
             ),
             ChannelError::Tls { problem } => write!(f, "TLS: {problem}"),
+            ChannelError::ServiceConfig { json, problem } => {
+                write!(f, "default service config {json}: {problem}")
+            }
+            ChannelError::Option {
+                option,
+                value,
+                problem,
+            } => write!(f, "{option} {value:?}: {problem}"),
+            ChannelError::Resolver { target, problem } => {
+                write!(f, "target {target:?}: {problem}")
+            }
         }
     }
 }
@@ -120,9 +159,12 @@ impl std::error::Error for ChannelError {
         match self {
             ChannelError::Bootstrap(e) => Some(e),
             ChannelError::Static(e) => Some(e),
-            ChannelError::Target { .. } | ChannelError::NoRuntime | ChannelError::Tls { .. } => {
-                None
-            }
+            ChannelError::Target { .. }
+            | ChannelError::NoRuntime
+            | ChannelError::Tls { .. }
+            | ChannelError::ServiceConfig { .. }
+            | ChannelError::Option { .. }
+            | ChannelError::Resolver { .. } => None,
         }
     }
 }
@@ -209,6 +251,12 @@ pub(crate) struct Inner {
     /// gRPC's `io.grpc.channel_id` (hash policies may name it): unique per channel.
     channel_id: String,
     authority: http::uri::Authority,
+    /// `https` when connections use TLS, as tonic writes it.
+    scheme: http::uri::Scheme,
+    /// The deadline of calls that carry no `grpc-timeout`.
+    default_timeout: Option<Duration>,
+    /// The `user-agent` every call carries, when set.
+    user_agent: Option<http::HeaderValue>,
     wait_for_ready: bool,
     shared: Arc<Shared>,
     control: mpsc::UnboundedSender<Control>,
@@ -242,6 +290,11 @@ impl fmt::Debug for Channel {
     }
 }
 
+/// The endpoint address a `unix:` target's one endpoint has in the LB tree
+/// and stats: its subchannels dial the socket's path instead.
+const UNIX_ENDPOINT: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
+
 /// Which channels share an XdsClient, and so one ADS stream to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -268,6 +321,13 @@ pub struct ChannelBuilder {
     session: SessionOptions,
     /// Ignore clusters' TLS (gRFC A29) when set.
     no_xds_credentials: bool,
+    /// For targets without xDS: the LB policy's JSON.
+    service_config: Option<String>,
+    /// For targets without xDS: the session cookie.
+    session_cookie: Option<CookieSpec>,
+    min_time_between_resolutions: Option<Duration>,
+    default_timeout: Option<Duration>,
+    user_agent: Option<String>,
 }
 
 impl ChannelBuilder {
@@ -376,23 +436,198 @@ impl ChannelBuilder {
         self
     }
 
-    /// The `:authority` calls carry (default: the target's name, or the
+    /// The `:authority` calls carry (default: the target's name as written
+    /// (`HOST[:PORT]` of a `dns:` or `http(s)://` target), the first
+    /// address of an `ipv4:`/`ipv6:` list, `localhost` for `unix:`, or the
     /// static cluster's name).
     pub fn authority(mut self, authority: impl Into<String>) -> Self {
         self.authority = Some(authority.into());
         self
     }
 
-    /// A channel for `xds:///NAME` (NAME is the listener and picks the
-    /// virtual host; calls made before the resources arrive wait for them),
-    /// or `static:///ADDR[,ADDR...]` (see [`Target`]).
+    /// tonic's `Endpoint::origin`: calls carry `origin`'s authority (its
+    /// scheme follows the channel's TLS). The same as
+    /// [`ChannelBuilder::authority`].
+    pub fn origin(mut self, origin: http::Uri) -> Self {
+        self.authority = Some(
+            origin
+                .authority()
+                .map_or_else(|| origin.to_string(), ToString::to_string),
+        );
+        self
+    }
+
+    /// For targets without xDS (`dns:`, `ipv4:`, `ipv6:`, `unix:`,
+    /// `http(s)://`, `static:///`): gRPC's default service config, of which
+    /// the channel reads the load balancing: `loadBalancingConfig` (the
+    /// first policy the registry knows: `pick_first`, `round_robin`,
+    /// `least_request_experimental`, `weighted_round_robin`, custom
+    /// policies of [`ChannelBuilder::lb_policy_registry`]) or the deprecated
+    /// `loadBalancingPolicy`. Without one, `pick_first`, as in gRPC
+    /// (`static:///` keeps round robin). Checked by
+    /// [`ChannelBuilder::connect`]: `{"loadBalancingConfig": [{"round_robin": {}}]}`.
+    pub fn default_service_config(mut self, json: impl Into<String>) -> Self {
+        self.service_config = Some(json.into());
+        self
+    }
+
+    /// For targets without xDS: a stateful session cookie (gRFC A55) on
+    /// every call, as [`StaticConfig::with_session`] gives a static config
+    /// and an xDS listener's `stateful_session` filter would. The cookie
+    /// names the endpoint's address; when the address leaves the resolver's
+    /// answer, its sessions move, each with a fresh cookie. gRPC itself has
+    /// cookie affinity only with xDS.
+    pub fn session_cookie(mut self, cookie: impl Into<Option<CookieSpec>>) -> Self {
+        self.session_cookie = cookie.into();
+        self
+    }
+
+    /// The least time between two DNS resolutions of a `dns:` or
+    /// `http(s)://` target (C-core's `grpc.dns_min_time_between_resolutions_ms`,
+    /// 30 s by default): a re-resolution a lost or failed connection asks
+    /// for within it waits for its end.
+    pub fn dns_min_time_between_resolutions(mut self, interval: Duration) -> Self {
+        self.min_time_between_resolutions = Some(interval);
+        self
+    }
+
+    /// tonic's `Endpoint::connect_timeout`: the least time a connection
+    /// attempt may take (gRPC's min connect timeout, 20 s by default; an
+    /// attempt may take up to the current backoff delay when that is
+    /// longer). The same as [`SubchannelOptions::min_connect_timeout`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.subchannel.min_connect_timeout = timeout;
+        self
+    }
+
+    /// tonic's `Endpoint::timeout`: the deadline of every call that does
+    /// not carry a shorter `grpc-timeout` (DEADLINE_EXCEEDED when it
+    /// passes). None by default.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.default_timeout = Some(timeout);
+        self
+    }
+
+    /// tonic's `Endpoint::tcp_nodelay` (on by default, as in tonic and gRPC).
+    pub fn tcp_nodelay(mut self, on: bool) -> Self {
+        self.subchannel.tcp_nodelay = on;
+        self
+    }
+
+    /// tonic's `Endpoint::tcp_keepalive`: TCP keepalive probes after this
+    /// idle time (off by default). HTTP/2 keepalive is
+    /// [`ChannelBuilder::keepalive`].
+    pub fn tcp_keepalive(mut self, idle: Option<Duration>) -> Self {
+        self.subchannel.tcp_keepalive = idle;
+        self
+    }
+
+    /// tonic's `Endpoint::initial_stream_window_size`: HTTP/2's initial
+    /// flow-control window of each stream (hyper's default when `None`).
+    pub fn initial_stream_window_size(mut self, size: impl Into<Option<u32>>) -> Self {
+        self.subchannel.initial_stream_window_size = size.into();
+        self
+    }
+
+    /// tonic's `Endpoint::initial_connection_window_size`: HTTP/2's
+    /// flow-control window of each connection (hyper's default when `None`).
+    pub fn initial_connection_window_size(mut self, size: impl Into<Option<u32>>) -> Self {
+        self.subchannel.initial_connection_window_size = size.into();
+        self
+    }
+
+    /// tonic's `Endpoint::http2_adaptive_window`: windows sized by BDP
+    /// estimates (overrides the window sizes).
+    pub fn http2_adaptive_window(mut self, on: bool) -> Self {
+        self.subchannel.http2_adaptive_window = on;
+        self
+    }
+
+    /// tonic's `Endpoint::user_agent`: every call carries `user-agent:
+    /// {user_agent} tether/{version}` (as tonic adds its own name). Checked
+    /// by [`ChannelBuilder::connect`] to be a header value.
+    pub fn user_agent(mut self, user_agent: impl Into<String>) -> Self {
+        self.user_agent = Some(user_agent.into());
+        self
+    }
+
+    /// A channel for any target [`Target`] parses:
+    /// - `xds:///NAME`: NAME is the listener and picks the virtual host;
+    ///   calls made before the resources arrive wait for them;
+    /// - `static:///ADDR[,ADDR...]`: fixed endpoints, round robin;
+    /// - `dns:[//SERVER/]HOST[:PORT]` (or a target without a scheme gRPC
+    ///   knows, such as `localhost:50051`), `http://HOST[:PORT]`,
+    ///   `https://HOST[:PORT]` (TLS: [`ChannelBuilder::tls`], else the
+    ///   system's roots): every address HOST resolves to is an endpoint,
+    ///   re-resolved when a connection is lost or fails;
+    /// - `ipv4:IP:PORT[,...]`, `ipv6:[IP]:PORT[,...]`: fixed addresses;
+    /// - `unix:PATH`, `unix:///PATH`: a Unix domain socket.
+    ///
+    /// Targets without xDS run [`ChannelBuilder::default_service_config`]'s
+    /// policy (pick_first by default) and [`ChannelBuilder::session_cookie`].
     pub fn connect(self, target: &str) -> Result<Channel, ChannelError> {
         // Checked before anything is spawned, which would panic.
         tokio::runtime::Handle::try_current().map_err(|_| ChannelError::NoRuntime)?;
-        let name = match Target::parse(target)? {
-            Target::Xds { name } => name,
-            Target::Static(config) => return self.connect_static(*config),
-        };
+        match Target::parse(target)? {
+            Target::Xds { name } => self.connect_xds(target, name),
+            Target::Static(mut config) => {
+                if self.service_config.is_some() {
+                    config.policy = self.policy()?;
+                }
+                config.session = self.session_cookie.clone();
+                self.connect_static(*config)
+            }
+            Target::Addresses(addresses) => {
+                let config = StaticConfig::new(
+                    target,
+                    addresses.iter().copied().map(StaticEndpoint::new).collect(),
+                )
+                .with_policy(self.policy()?)
+                .with_session(self.session_cookie.clone());
+                let authority = addresses[0].to_string();
+                let options = self.subchannel.clone();
+                self.connect_fixed(target, config, &authority, options)
+            }
+            Target::Unix(path) => {
+                let config = StaticConfig::new(target, vec![StaticEndpoint::new(UNIX_ENDPOINT)])
+                    .with_policy(self.policy()?)
+                    .with_session(self.session_cookie.clone());
+                let mut options = self.subchannel.clone();
+                options.unix = Some(path.into());
+                self.connect_fixed(target, config, "localhost", options)
+            }
+            Target::Dns(name) => {
+                let options = self.subchannel.clone();
+                self.connect_dns(target, name, options)
+            }
+            Target::Http { secure, name } => {
+                let mut options = self.subchannel.clone();
+                if secure && options.tls.is_none() {
+                    options.tls =
+                        Some(
+                            TlsConfig::from_system_roots().map_err(|e| ChannelError::Tls {
+                                problem: format!("{target}: the system's roots: {e}"),
+                            })?,
+                        );
+                }
+                self.connect_dns(target, name, options)
+            }
+        }
+    }
+
+    /// The default service config's endpoint policy (pick_first without one).
+    fn policy(&self) -> Result<EndpointPolicy, ChannelError> {
+        service_config::endpoint_policy(
+            self.service_config.as_deref(),
+            &self.client_options.validation,
+        )
+        .map_err(|problem| ChannelError::ServiceConfig {
+            json: self.service_config.clone().unwrap_or_default(),
+            problem,
+        })
+    }
+
+    fn connect_xds(self, target: &str, name: String) -> Result<Channel, ChannelError> {
         let client = match self.xds_client.clone() {
             Some(c) => c,
             None => {
@@ -410,8 +645,50 @@ impl ChannelBuilder {
         let authority = self.authority.clone().unwrap_or_else(|| name.clone());
         let providers = (!self.no_xds_credentials)
             .then(|| ProviderStore::new(client.certificate_providers().clone()));
-        let mut inner = self.start(target, &authority, true, providers)?;
-        let task = tokio::spawn(resolver::run(client, name, inner.control.clone()));
+        let options = self.subchannel.clone();
+        let mut inner = self.start(target, &authority, true, providers, options, None)?;
+        let task = tokio::spawn(resolver::xds::run(client, name, inner.control.clone()));
+        inner.tasks.push(task.abort_handle());
+        Ok(Channel {
+            jar: None,
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// A `dns:` or `http(s)://` target: the DNS resolver's task beside the
+    /// LB task, told of every lost or failed connection.
+    fn connect_dns(
+        self,
+        target: &str,
+        name: DnsName,
+        options: SubchannelOptions,
+    ) -> Result<Channel, ChannelError> {
+        let template = StaticConfig::new(format!("{}:{}", name.host, name.port), Vec::new())
+            .with_policy(self.policy()?)
+            .with_session(self.session_cookie.clone());
+        let authority = self
+            .authority
+            .clone()
+            .unwrap_or_else(|| name.authority.clone());
+        let min_interval = self
+            .min_time_between_resolutions
+            .unwrap_or(resolver::dns::DEFAULT_MIN_TIME_BETWEEN_RESOLUTIONS);
+        let dns = resolver::dns::Dns::new(name, template, min_interval).map_err(|problem| {
+            ChannelError::Resolver {
+                target: target.to_owned(),
+                problem,
+            }
+        })?;
+        let reresolve = Arc::new(Notify::new());
+        let mut inner = self.start(
+            target,
+            &authority,
+            true,
+            None,
+            options,
+            Some(reresolve.clone()),
+        )?;
+        let task = tokio::spawn(dns.run(inner.control.clone(), reresolve));
         inner.tasks.push(task.abort_handle());
         Ok(Channel {
             jar: None,
@@ -422,13 +699,30 @@ impl ChannelBuilder {
     /// A channel over fixed endpoints, run by the same LB tree.
     pub fn connect_static(self, config: StaticConfig) -> Result<Channel, ChannelError> {
         tokio::runtime::Handle::try_current().map_err(|_| ChannelError::NoRuntime)?;
-        let resolved = config.channel_config().map_err(ChannelError::Static)?;
         let authority = self
             .authority
             .clone()
             .unwrap_or_else(|| config.cluster.clone());
+        let options = self.subchannel.clone();
+        self.connect_fixed(&target::static_target(&config), config, &authority, options)
+    }
+
+    /// Fixed endpoints: one resolver result, at once. TLS verifies servers
+    /// against the authority only when the builder named one.
+    fn connect_fixed(
+        self,
+        target: &str,
+        config: StaticConfig,
+        authority: &str,
+        options: SubchannelOptions,
+    ) -> Result<Channel, ChannelError> {
+        let resolved = config.channel_config().map_err(ChannelError::Static)?;
+        let authority = self
+            .authority
+            .clone()
+            .unwrap_or_else(|| authority.to_owned());
         let named = self.authority.is_some();
-        let inner = self.start(&target::static_target(&config), &authority, named, None)?;
+        let inner = self.start(target, &authority, named, None, options, None)?;
         let _ = inner
             .control
             .send(Control::Resolved(Ok(Box::new(resolved))));
@@ -440,13 +734,17 @@ impl ChannelBuilder {
 
     /// The LB task and everything a call needs, before the resolver. With
     /// `named`, TLS verifies servers against the authority's host unless
-    /// its config names another.
+    /// its config names another. `reresolve` is told of every connection
+    /// lost or failed (a subchannel going IDLE or TRANSIENT_FAILURE), as
+    /// gRPC's policies ask their resolver.
     fn start(
         &self,
         target: &str,
         authority: &str,
         named: bool,
         providers: Option<ProviderStore>,
+        mut options: SubchannelOptions,
+        reresolve: Option<Arc<Notify>>,
     ) -> Result<Inner, ChannelError> {
         let authority: http::uri::Authority =
             authority.parse().map_err(|e| ChannelError::Target {
@@ -456,7 +754,17 @@ impl ChannelBuilder {
                     reason: format!("{e}"),
                 },
             })?;
-        let mut options = self.subchannel.clone();
+        let user_agent = match &self.user_agent {
+            None => None,
+            Some(ua) => Some(
+                http::HeaderValue::try_from(format!("{ua} tether/{}", env!("CARGO_PKG_VERSION")))
+                    .map_err(|e| ChannelError::Option {
+                    option: "user_agent",
+                    value: ua.clone(),
+                    problem: format!("is not a header value: {e}"),
+                })?,
+            ),
+        };
         if let Some(tls) = options
             .tls
             .as_mut()
@@ -475,12 +783,25 @@ impl ChannelBuilder {
                     ),
                 })?;
         }
+        let scheme = if options.tls.is_some() {
+            http::uri::Scheme::HTTPS
+        } else {
+            http::uri::Scheme::HTTP
+        };
         let (lb_tx, lb_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let listener_tx = lb_tx.clone();
         let pool = SubchannelPool::with_providers(
             options,
             Arc::new(move |id, address, state| {
+                if let Some(r) = &reresolve {
+                    if matches!(
+                        state,
+                        ConnectivityState::Idle | ConnectivityState::TransientFailure
+                    ) {
+                        r.notify_one();
+                    }
+                }
                 let _ = listener_tx.send(Event::Subchannel(id, address, state));
             }),
             providers,
@@ -499,6 +820,9 @@ impl ChannelBuilder {
             target: target.to_owned(),
             channel_id: format!("{:016x}", crate::lb::random::next_u64()),
             authority,
+            scheme,
+            default_timeout: self.default_timeout,
+            user_agent,
             wait_for_ready: self.wait_for_ready,
             shared,
             control: control_tx,
@@ -514,8 +838,9 @@ impl Channel {
     }
 
     /// A channel for `xds:///NAME` with the bootstrap from the environment
-    /// (`GRPC_XDS_BOOTSTRAP` or `GRPC_XDS_BOOTSTRAP_CONFIG`), or for
-    /// `static:///ADDR[,ADDR...]`. Async for the call sites' sake: the
+    /// (`GRPC_XDS_BOOTSTRAP` or `GRPC_XDS_BOOTSTRAP_CONFIG`), or for any
+    /// other target [`ChannelBuilder::connect`] takes (`dns:`, `ipv4:`,
+    /// `ipv6:`, `unix:`, `http(s)://`, `static:///`). Async for the call sites' sake: the
     /// channel starts at once and calls wait for the resources.
     pub async fn from_target(target: &str) -> Result<Channel, ChannelError> {
         Channel::builder().connect(target)

@@ -120,6 +120,11 @@ pub(crate) enum ConnectError {
         address: SocketAddr,
         source: io::Error,
     },
+    /// The Unix socket's connect failed.
+    ConnectUnix {
+        path: std::sync::Arc<std::path::Path>,
+        source: io::Error,
+    },
     /// The TLS handshake failed, or the server did not agree to `h2`.
     Tls {
         address: SocketAddr,
@@ -147,6 +152,9 @@ impl fmt::Display for ConnectError {
             ConnectError::Connect { address, source } => {
                 write!(f, "connect {address} failed: {source}")
             }
+            ConnectError::ConnectUnix { path, source } => {
+                write!(f, "connect unix:{} failed: {source}", path.display())
+            }
             ConnectError::Tls { address, source } => {
                 write!(f, "TLS handshake with {address} failed: {source}")
             }
@@ -173,7 +181,9 @@ impl fmt::Display for ConnectError {
 impl std::error::Error for ConnectError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ConnectError::Connect { source, .. } => Some(source),
+            ConnectError::Connect { source, .. } | ConnectError::ConnectUnix { source, .. } => {
+                Some(source)
+            }
             ConnectError::Tls { source, .. } => Some(source),
             ConnectError::Handshake { source, .. } => Some(source),
             ConnectError::Closed { reason, .. } => reason.source(),
@@ -285,15 +295,42 @@ impl Drop for ConnectionTask {
     }
 }
 
-/// Connects to `address`: TCP, HTTP/2 handshake and the server's SETTINGS,
-/// the whole attempt bounded by `timeout`.
+/// What a connection's socket and HTTP/2 settings are made with, from
+/// [`SubchannelOptions`](super::SubchannelOptions).
+#[derive(Debug, Clone)]
+pub(crate) struct SocketOptions {
+    nodelay: bool,
+    tcp_keepalive: Option<Duration>,
+    stream_window: Option<u32>,
+    connection_window: Option<u32>,
+    adaptive_window: bool,
+    unix: Option<std::sync::Arc<std::path::Path>>,
+}
+
+impl From<&super::SubchannelOptions> for SocketOptions {
+    fn from(o: &super::SubchannelOptions) -> Self {
+        SocketOptions {
+            nodelay: o.tcp_nodelay,
+            tcp_keepalive: o.tcp_keepalive,
+            stream_window: o.initial_stream_window_size,
+            connection_window: o.initial_connection_window_size,
+            adaptive_window: o.http2_adaptive_window,
+            unix: o.unix.clone(),
+        }
+    }
+}
+
+/// Connects to `address` (or the Unix socket `socket` names): TCP, HTTP/2
+/// handshake and the server's SETTINGS, the whole attempt bounded by
+/// `timeout`.
 pub(crate) async fn connect(
     address: SocketAddr,
     timeout: Duration,
     keepalive: Option<KeepaliveOptions>,
     transport: &Transport,
+    socket: &SocketOptions,
 ) -> Result<(Connection, ConnectionTask), ConnectError> {
-    match tokio::time::timeout(timeout, attempt(address, keepalive, transport)).await {
+    match tokio::time::timeout(timeout, attempt(address, keepalive, transport, socket)).await {
         Ok(result) => result,
         // Dropping the attempt dropped its ConnectionTask, if any: aborted.
         Err(_) => Err(ConnectError::TimedOut {
@@ -331,24 +368,50 @@ async fn attempt(
     address: SocketAddr,
     keepalive: Option<KeepaliveOptions>,
     transport: &Transport,
+    socket: &SocketOptions,
 ) -> Result<(Connection, ConnectionTask), ConnectError> {
+    let tls = |source| ConnectError::Tls { address, source };
+    if let Some(path) = &socket.unix {
+        let stream = tokio::net::UnixStream::connect(path)
+            .await
+            .map_err(|source| ConnectError::ConnectUnix {
+                path: path.clone(),
+                source,
+            })?;
+        return match transport {
+            Transport::Plain => establish(address, keepalive, socket, stream).await,
+            // No address to verify against: the config's server name.
+            Transport::Tls(config) => {
+                let stream = config.handshake_named(stream).await.map_err(tls)?;
+                establish(address, keepalive, socket, stream).await
+            }
+            Transport::Xds(_) => Err(tls(HandshakeError::Credentials(
+                "xDS credentials do not apply to a unix: socket".into(),
+            ))),
+        };
+    }
     let stream = dial(address, keepalive)
         .await
         .map_err(|source| ConnectError::Connect { address, source })?;
-    if let Err(e) = stream.set_nodelay(true) {
+    if let Err(e) = stream.set_nodelay(socket.nodelay) {
         // Only latency suffers; the connection is still usable.
         log::debug!("subchannel {address}: TCP_NODELAY not set: {e}");
     }
-    let tls = |source| ConnectError::Tls { address, source };
+    if let Some(idle) = socket.tcp_keepalive {
+        let keepalive = socket2::TcpKeepalive::new().with_time(idle);
+        if let Err(e) = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive) {
+            log::debug!("subchannel {address}: TCP keepalive not set: {e}");
+        }
+    }
     match transport {
-        Transport::Plain => establish(address, keepalive, stream).await,
+        Transport::Plain => establish(address, keepalive, socket, stream).await,
         Transport::Tls(config) => {
             let stream = config.handshake(address, stream).await.map_err(tls)?;
-            establish(address, keepalive, stream).await
+            establish(address, keepalive, socket, stream).await
         }
         Transport::Xds(security) => {
             let stream = security.handshake(address, stream).await.map_err(tls)?;
-            establish(address, keepalive, stream).await
+            establish(address, keepalive, socket, stream).await
         }
     }
 }
@@ -357,6 +420,7 @@ async fn attempt(
 async fn establish<T>(
     address: SocketAddr,
     keepalive: Option<KeepaliveOptions>,
+    socket: &SocketOptions,
     stream: T,
 ) -> Result<(Connection, ConnectionTask), ConnectError>
 where
@@ -367,6 +431,15 @@ where
     let io = TokioIo::new(PrefaceWatch::new(stream, settings_tx, transport_tx));
     let mut builder = http2::Builder::new(BoxingExecutor);
     builder.timer(TokioTimer::new());
+    if socket.adaptive_window {
+        builder.adaptive_window(true);
+    }
+    if let Some(w) = socket.stream_window {
+        builder.initial_stream_window_size(w);
+    }
+    if let Some(w) = socket.connection_window {
+        builder.initial_connection_window_size(w);
+    }
     if let Some(k) = keepalive {
         // gRFC A8: a PING every `time`; no answer within `timeout` ends
         // the connection (hyper's keep-alive error).
@@ -535,8 +608,12 @@ mod tests {
     use tokio::io::AsyncWriteExt;
     use tokio::net::TcpListener;
 
+    fn plain() -> SocketOptions {
+        SocketOptions::from(&crate::subchannel::SubchannelOptions::default())
+    }
+
     async fn connect_ok(address: SocketAddr) -> (Connection, ConnectionTask) {
-        connect(address, WAIT, None, &Transport::Plain)
+        connect(address, WAIT, None, &Transport::Plain, &plain())
             .await
             .expect("connect")
     }
@@ -556,7 +633,7 @@ mod tests {
     #[tokio::test]
     async fn refused_says_so() {
         let addr = refused_addr().await;
-        let error = connect(addr, WAIT, None, &Transport::Plain)
+        let error = connect(addr, WAIT, None, &Transport::Plain, &plain())
             .await
             .expect_err("refused");
         assert!(matches!(error, ConnectError::Connect { .. }), "{error:?}");
@@ -571,9 +648,15 @@ mod tests {
     async fn a_silent_server_times_out() {
         let (addr, _closed) = silent_server().await;
         let started = tokio::time::Instant::now();
-        let error = connect(addr, Duration::from_secs(3), None, &Transport::Plain)
-            .await
-            .expect_err("silent");
+        let error = connect(
+            addr,
+            Duration::from_secs(3),
+            None,
+            &Transport::Plain,
+            &plain(),
+        )
+        .await
+        .expect_err("silent");
         assert!(matches!(error, ConnectError::TimedOut { .. }), "{error:?}");
         assert_eq!(
             error.to_string(),
@@ -594,7 +677,7 @@ mod tests {
                 tokio::time::sleep(WAIT).await;
             }
         });
-        let error = connect(addr, WAIT, None, &Transport::Plain)
+        let error = connect(addr, WAIT, None, &Transport::Plain, &plain())
             .await
             .expect_err("HTTP/1.1");
         assert!(
@@ -621,7 +704,7 @@ mod tests {
             // Accept and close at once.
             let _ = listener.accept().await;
         });
-        let error = connect(addr, WAIT, None, &Transport::Plain)
+        let error = connect(addr, WAIT, None, &Transport::Plain, &plain())
             .await
             .expect_err("closed");
         assert!(matches!(error, ConnectError::Closed { .. }), "{error:?}");

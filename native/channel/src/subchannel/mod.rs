@@ -64,6 +64,18 @@ pub struct SubchannelOptions {
     /// TLS on every connection; plaintext HTTP/2 (h2c) when `None`, the
     /// default.
     pub tls: Option<TlsConfig>,
+    /// TCP_NODELAY on every connection (on by default, as in gRPC and tonic).
+    pub tcp_nodelay: bool,
+    /// TCP keepalive probes after this idle time (off by default).
+    pub tcp_keepalive: Option<Duration>,
+    /// HTTP/2's initial stream window (hyper's default when `None`).
+    pub initial_stream_window_size: Option<u32>,
+    /// HTTP/2's initial connection window (hyper's default when `None`).
+    pub initial_connection_window_size: Option<u32>,
+    /// HTTP/2 windows sized by BDP estimates (overrides the sizes).
+    pub http2_adaptive_window: bool,
+    /// A `unix:` target's socket: every connection dials it.
+    pub(crate) unix: Option<Arc<std::path::Path>>,
 }
 
 /// HTTP/2 keepalive as gRFC A8 and C-core define it: a connection that
@@ -117,6 +129,12 @@ impl Default for SubchannelOptions {
             backoff_seed: None,
             keepalive: None,
             tls: None,
+            tcp_nodelay: true,
+            tcp_keepalive: None,
+            initial_stream_window_size: None,
+            initial_connection_window_size: None,
+            http2_adaptive_window: false,
+            unix: None,
         }
     }
 }
@@ -324,6 +342,7 @@ async fn run(
     mut backoff: Backoff,
     min_connect_timeout: Duration,
     transport: Transport,
+    socket: Arc<connection::SocketOptions>,
 ) {
     let mut serial = 0;
     loop {
@@ -331,7 +350,7 @@ async fn run(
         // gRPC: an attempt may take as long as the delay before the next one.
         let delay = backoff.next_delay();
         let timeout = delay.max(min_connect_timeout);
-        match Box::pin(attempt(&shared, timeout, &transport, serial + 1)).await {
+        match Box::pin(attempt(&shared, timeout, &transport, &socket, serial + 1)).await {
             Ok(()) => {
                 backoff.reset();
                 serial += 1;
@@ -351,6 +370,7 @@ async fn attempt(
     shared: &Arc<Shared>,
     timeout: Duration,
     transport: &Transport,
+    socket: &connection::SocketOptions,
     serial: u64,
 ) -> Result<(), String> {
     shared.connect_attempts.fetch_add(1, Ordering::Relaxed);
@@ -358,9 +378,10 @@ async fn attempt(
         k.time = Duration::from_millis(shared.keepalive_time_ms.load(Ordering::Relaxed));
         k
     });
-    let (mut conn, task) = connection::connect(shared.address, timeout, keepalive, transport)
-        .await
-        .map_err(|e| e.to_string())?;
+    let (mut conn, task) =
+        connection::connect(shared.address, timeout, keepalive, transport, socket)
+            .await
+            .map_err(|e| e.to_string())?;
     conn.serial = serial;
     shared.connection.store(Some(Arc::new(conn)));
     shared.set_state(ConnectivityState::Ready, None);
@@ -442,6 +463,7 @@ impl Subchannel {
                     backoff,
                     options.min_connect_timeout,
                     transport,
+                    Arc::new(connection::SocketOptions::from(options)),
                 ))
                 .abort_handle(),
             ),

@@ -733,6 +733,25 @@ fn policy_list(c: &mut Check, list: &serde_json::Value, depth: usize) -> Option<
     None
 }
 
+/// A service config's `loadBalancingConfig` list (gRPC's
+/// `[{"<name>": {config}}, ...]`) as a channel without xDS reads it: the
+/// first policy gRPC's registry and `options`' custom policies know, with
+/// its config checked by the same rules a TypedStruct's `value` meets.
+/// An error names the field and the value
+/// (`loadBalancingConfig[0].pick_first.shuffleAddressList: "yes" is not a
+/// boolean`), or lists the policies tried when none is known.
+pub fn parse_load_balancing_config(
+    list: &serde_json::Value,
+    options: &super::ValidationOptions,
+) -> Result<LbPolicy, Vec<super::FieldError>> {
+    let mut c = Check::with_options(options.clone());
+    let policy = c.at("loadBalancingConfig", |c| policy_list(c, list, 0));
+    match policy {
+        Some(p) if c.errors.is_empty() => Ok(p),
+        _ => Err(std::mem::take(&mut c.errors)),
+    }
+}
+
 /// A JSON value shown as JSON in errors.
 struct JsonText<'a>(&'a serde_json::Value);
 

@@ -219,7 +219,7 @@ impl Spelling {
 #[derive(Debug, Default)]
 pub(crate) struct Check {
     path: Vec<String>,
-    errors: Vec<FieldError>,
+    pub(crate) errors: Vec<FieldError>,
     options: ValidationOptions,
 }
 

@@ -9,8 +9,8 @@
 
 use tokio::sync::{broadcast, mpsc};
 
-use super::config::{self, ChannelConfig};
-use super::work_serializer::Control;
+use crate::channel::config::{self, ChannelConfig};
+use crate::channel::work_serializer::Control;
 use crate::xds::graph::Graph;
 use crate::xds::XdsClient;
 
