@@ -15,7 +15,7 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 host=$(rustc -vV | sed -n 's/^host: //p')
 cargo build --manifest-path fuzz/Cargo.toml --release --bins --quiet --target "$host"
 total=0
-for t in decode cookie_header config xds_resource san_match bootstrap; do
+for t in decode sealed cookie_header config xds_resource san_match bootstrap; do
   corpus="target/fuzz/corpus/$t"
   mkdir -p "$corpus"
   # Seed with the shared vectors' values so the fuzzer starts from real cookies.
@@ -24,6 +24,7 @@ import json, sys, os, hashlib
 v = json.load(open("testdata/vectors.json"))
 vals = [d["value"] for d in v["decode"]] + [e["value"] for e in v["encode"]]
 vals += [h for c in v["cookie_header"] for h in c["headers"]]
+vals += [s["value"] for s in v["sealed"]["seal"]] + [o["value"] for o in v["sealed"]["open"]]
 vals += ['{"cookie":{"name":"s","path":"/","ttl":"120s","attributes":[{"name":"SameSite","value":"Lax"}]}}']
 # SAN matchers (a selector byte, the matcher, SANs) and bootstraps.
 vals += ["\x00*.tether.test\nbackend.tether.test\nspiffe://td/sa/b", "\x04spiffe://td/.*\nspiffe://td/sa/b\nx)|(.*",

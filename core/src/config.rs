@@ -16,9 +16,10 @@
 //! (`{ "name": "x-session" }`, Envoy's `HeaderBasedSessionState`) is given.
 //! `format` is what tether writes: `envoy` (default in cookie mode), `grpc` or
 //! `legacy` (default in header mode, the form Envoy's header mode reads).
-//! `keys` turns on signing (format `envoy` only); with keys, unsigned cookies
-//! are ignored unless `accept_unsigned` is true (for a migration from stock
-//! Envoy cookies). Validation follows gRPC C-core's rules (cookie name
+//! `keys` turns on signing (format `envoy`) or sealing (format `sealed`,
+//! which needs them, each at least 32 bytes); with keys, unsigned cookies
+//! (with `sealed`: any value that is not sealed) are ignored unless
+//! `accept_unsigned` is true (for a migration; they are then re-issued). Validation follows gRPC C-core's rules (cookie name
 //! required, ttl within `[0s, 315576000000s]`) and every error names the field
 //! and the value.
 
@@ -61,9 +62,11 @@ pub struct SessionConfig {
     pub strict: bool,
     /// The format tether writes (it reads all of them).
     pub format: Format,
-    /// Signing keys; empty for unsigned cookies.
+    /// Signing keys (format `envoy`) or sealing keys (format `sealed`);
+    /// empty for unsigned cookies.
     pub keys: KeyRing,
-    /// With keys: still honour cookies that carry no MAC.
+    /// With keys: still honour cookies that carry no MAC (with `sealed`:
+    /// that are not sealed), and re-issue them.
     pub accept_unsigned: bool,
 }
 
@@ -100,6 +103,16 @@ impl SessionConfig {
 
     /// Checks the combination of fields.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.format.is_sealed() {
+            if self.keys.is_empty() {
+                return Err(ConfigError::new(
+                    "format",
+                    self.format.as_str(),
+                    Problem::NeedsKeys,
+                ));
+            }
+            return self.keys.check_sealing();
+        }
         if !self.keys.is_empty() && !self.format.carries_mac() {
             return Err(ConfigError::new(
                 "format",
@@ -163,7 +176,7 @@ impl SessionConfig {
         }
         if let Some(f) = string_field(obj.get("format"), "format")? {
             config.format = f.parse().map_err(|_| {
-                ConfigError::new("format", f, Problem::OneOf("envoy, grpc, legacy"))
+                ConfigError::new("format", f, Problem::OneOf("envoy, grpc, legacy, sealed"))
             })?;
         }
         if let Some(keys) = obj.get("keys") {
@@ -326,7 +339,7 @@ mod tests {
         );
         assert_eq!(
             err(r#"{"cookie":{"name":"s"},"format":"xml"}"#),
-            r#"format: "xml" is not one of envoy, grpc, legacy"#
+            r#"format: "xml" is not one of envoy, grpc, legacy, sealed"#
         );
         assert_eq!(
             err(r#"{"cookie":{"name":"s"},"stict":true}"#),

@@ -38,6 +38,12 @@ pub enum Problem {
     Conflict(&'static str),
     /// The write format cannot carry a MAC.
     CannotSign,
+    /// Format `sealed` without keys.
+    NeedsKeys,
+    /// A secret too short to seal with (its length in bytes).
+    SealingKeyTooShort(usize),
+    /// A key file or list without a key.
+    NoKeys,
     /// The text is not JSON (parser message).
     Json(String),
 }
@@ -64,6 +70,13 @@ impl fmt::Display for Problem {
             Problem::CannotSign => {
                 f.write_str("cannot carry a MAC; signing keys need format \"envoy\"")
             }
+            Problem::NeedsKeys => f.write_str(
+                "needs keys (base64 secrets of at least 32 bytes; the first seals, all open)",
+            ),
+            Problem::SealingKeyTooShort(n) => {
+                write!(f, "decodes to {n} bytes; a sealing key needs at least 32")
+            }
+            Problem::NoKeys => f.write_str("holds no key"),
             Problem::Json(msg) => write!(f, "is not valid JSON: {msg}"),
         }
     }
@@ -113,7 +126,11 @@ impl fmt::Display for ConfigError {
             &self.field
         };
         match self.problem {
-            Problem::Missing | Problem::Unknown | Problem::Conflict(_) | Problem::Json(_)
+            Problem::Missing
+            | Problem::Unknown
+            | Problem::Conflict(_)
+            | Problem::Json(_)
+            | Problem::NoKeys
                 if self.value.is_empty() =>
             {
                 write!(f, "{field}: {}", self.problem)

@@ -14,7 +14,8 @@
 //! - a cookie is (re)issued when the host that served differs from the one the
 //!   session named, when the endpoint's address list or the cluster changed
 //!   (gRFC A60/A61; a cookie without a cluster gains one once), or when an
-//!   unsigned cookie was accepted and keys are configured (it is upgraded);
+//!   unsigned cookie was accepted and keys are configured, or a value that
+//!   is not sealed was accepted under format `sealed` (it is upgraded);
 //! - no cookie is ever minted for a host that failed to connect, or when the
 //!   adapter does not know which host served (Envoy does the former: it pins
 //!   clients to a dead host; tether does not).
@@ -25,6 +26,7 @@ use core::net::SocketAddr;
 
 use crate::address::AddressList;
 use crate::config::{ConfigError, SessionConfig, SessionMode};
+use crate::cookie::sealed::{seal, NONCE_LEN};
 use crate::cookie::{self, DecodeError, Format, SessionCookie, Signature};
 use crate::http::cookie_header;
 use crate::http::path::{matches_every_path, path_matches};
@@ -54,6 +56,9 @@ pub enum Miss {
     BadMac,
     /// Keys are configured and the cookie carries no MAC.
     Unsigned,
+    /// The format is `sealed` and the value is not sealed (`accept_unsigned`
+    /// not set).
+    Unsealed,
 }
 
 /// A session found in the request.
@@ -221,6 +226,13 @@ impl Session {
             }
             _ => {}
         }
+        // A signed `envoy` value shows its session to whoever holds it.
+        if self.config.format.is_sealed()
+            && !decoded.format.is_sealed()
+            && !self.config.accept_unsigned
+        {
+            return Lookup::Miss(Miss::Unsealed);
+        }
         if let Some(expires) = decoded
             .cookie
             .expires
@@ -236,10 +248,25 @@ impl Session {
         })
     }
 
-    /// The response-side decision at `now` (epoch seconds).
+    /// The response-side decision at `now` (epoch seconds). A `sealed`
+    /// value gets the all-zero nonce (deterministic: see
+    /// [`cookie::sealed`]); adapters with randomness call
+    /// [`Session::respond_with`].
     pub fn respond(&self, lookup: &Lookup, served: &Served<'_>, now: u64) -> Option<Emit> {
+        self.respond_with(lookup, served, now, &[0; NONCE_LEN])
+    }
+
+    /// [`Session::respond`] with the nonce a `sealed` value is sealed with
+    /// (other formats ignore it): random bytes from the caller's source.
+    pub fn respond_with(
+        &self,
+        lookup: &Lookup,
+        served: &Served<'_>,
+        now: u64,
+        nonce: &[u8; NONCE_LEN],
+    ) -> Option<Emit> {
         let (address, cluster) = self.decide(lookup, served)?;
-        self.mint(address, served.other_addresses, cluster, now)
+        self.mint_with(address, served.other_addresses, cluster, now, nonce)
     }
 
     /// Whether [`Session::respond`] sends a cookie (or the session header)
@@ -274,11 +301,13 @@ impl Session {
                     && served
                         .cluster
                         .is_some_and(|s| c.cluster.as_deref() != Some(s) && writable(&s));
-                let upgrade = pin.signature == Signature::Unsigned && !self.config.keys.is_empty();
+                let upgrade = (pin.signature == Signature::Unsigned
+                    && !self.config.keys.is_empty())
+                    || (format.is_sealed() && !pin.format.is_sealed());
                 // A cookie stock Envoys in the fleet would not read is
                 // re-issued in a form they read (`grpc` is never theirs).
                 let respell = pin.envoy_misreads
-                    && format != Format::Grpc
+                    && !matches!(format, Format::Grpc | Format::Sealed)
                     && matches!(self.config.mode, SessionMode::Cookie(_));
                 if !(moved || recluster || upgrade || respell) {
                     return None;
@@ -289,13 +318,26 @@ impl Session {
     }
 
     /// The header that pins a client to `address` (and the endpoint's other
-    /// addresses and cluster, where the format carries them).
+    /// addresses and cluster, where the format carries them); a `sealed`
+    /// value gets the all-zero nonce, as in [`Session::respond`].
     pub fn mint(
         &self,
         address: SocketAddr,
         others: &[SocketAddr],
         cluster: Option<&str>,
         now: u64,
+    ) -> Option<Emit> {
+        self.mint_with(address, others, cluster, now, &[0; NONCE_LEN])
+    }
+
+    /// [`Session::mint`] with the nonce a `sealed` value is sealed with.
+    pub fn mint_with(
+        &self,
+        address: SocketAddr,
+        others: &[SocketAddr],
+        cluster: Option<&str>,
+        now: u64,
+        nonce: &[u8; NONCE_LEN],
     ) -> Option<Emit> {
         let format = self.config.format;
         let mut list = Vec::with_capacity(1 + others.len());
@@ -307,17 +349,26 @@ impl Session {
         if format.carries_cluster() {
             cookie.cluster = cluster.map(String::from);
         }
+        let signer = self.config.keys.signer();
+        let sealed = |cookie: &SessionCookie| seal(cookie, signer?, nonce).ok();
         match &self.config.mode {
             SessionMode::Cookie(spec) => {
                 cookie.expires = format.expiry_after(spec.ttl(), now);
-                let value = cookie::encode(&cookie, format, self.config.keys.signer()).ok()?;
+                let value = if format.is_sealed() {
+                    sealed(&cookie)?
+                } else {
+                    cookie::encode(&cookie, format, signer).ok()?
+                };
                 spec.render(&value, Style::for_format(format))
                     .ok()
                     .map(Emit::SetCookie)
             }
             SessionMode::Header { name } => {
-                let value =
-                    cookie::encode_header(&cookie, format, self.config.keys.signer()).ok()?;
+                let value = if format.is_sealed() {
+                    sealed(&cookie)?
+                } else {
+                    cookie::encode_header(&cookie, format, signer).ok()?
+                };
                 Some(Emit::Header {
                     name: name.clone(),
                     value,

@@ -391,3 +391,183 @@ fn an_expiry_counted_from_boot_is_not_judged() {
     let l = lookup(&s, "/", &[&format!("global-session-cookie={past}")]);
     assert!(matches!(l, Lookup::Miss(Miss::Expired(_))), "{l:?}");
 }
+
+const NEW_KEY: &[u8; 32] = b"new-sealing-secret-0123456789abc";
+const OLD_KEY: &[u8; 32] = b"old-sealing-secret-0123456789abc";
+
+fn sealed_session(keys: &[&[u8]], accept_unsigned: bool) -> Session {
+    let spec = CookieSpec::new("s", "/", Duration::from_secs(60), vec![]).unwrap();
+    let mut c = SessionConfig::cookie(spec);
+    c.format = Format::Sealed;
+    c.keys = KeyRing::new(keys.iter().map(|k| Key::from_secret(k).unwrap()).collect());
+    c.accept_unsigned = accept_unsigned;
+    Session::new(c).unwrap()
+}
+
+#[test]
+fn a_sealed_cookie_pins_and_a_tampered_one_gets_a_fresh_pick() {
+    let s = sealed_session(&[NEW_KEY], false);
+    let nonce = [9; cookie::sealed::NONCE_LEN];
+    let first = s.respond_with(&lookup(&s, "/", &[]), &served("10.0.0.1:80"), NOW, &nonce);
+    let v = value_of(first);
+    let pinned = lookup(&s, "/", &[&format!("s={v}")]);
+    let Lookup::Pinned(pin) = &pinned else {
+        panic!("{pinned:?}")
+    };
+    assert_eq!(pin.format, Format::Sealed);
+    assert_eq!(pin.cookie.expires, Some(NOW + 60));
+    // Served where it is pinned: nothing to send back.
+    assert_eq!(s.respond(&pinned, &served("10.0.0.1:80"), NOW), None);
+
+    // Each nonce gives another value for the same session.
+    let again = value_of(s.respond_with(
+        &lookup(&s, "/", &[]),
+        &served("10.0.0.1:80"),
+        NOW,
+        &[10; cookie::sealed::NONCE_LEN],
+    ));
+    assert_ne!(again, v);
+
+    // One character changed: no session, a fresh pick, a new cookie.
+    let mut tampered = v.clone().into_bytes();
+    tampered[10] = if tampered[10] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let l = lookup(&s, "/", &[&format!("s={tampered}")]);
+    assert_eq!(l, Lookup::Miss(Miss::Invalid(cookie::DecodeError::Sealed)));
+    let fresh = value_of(s.respond_with(&l, &served("10.0.0.2:80"), NOW, &nonce));
+    assert!(matches!(
+        lookup(&s, "/", &[&format!("s={fresh}")]),
+        Lookup::Pinned(p) if p.cookie.addresses.primary() == addr("10.0.0.2:80")
+    ));
+
+    // Expired: no session.
+    let late = s.lookup(
+        &SessionRequest {
+            path: "/",
+            cookies: &[&format!("s={v}")],
+            header: None,
+        },
+        NOW + 61,
+    );
+    assert_eq!(late, Lookup::Miss(Miss::Expired(NOW + 60)));
+}
+
+#[test]
+fn sealed_rotation_old_key_reads_new_key_writes() {
+    let before = sealed_session(&[OLD_KEY], false);
+    let old = value_of(before.respond(&lookup(&before, "/", &[]), &served("10.0.0.1:80"), NOW));
+    let after = sealed_session(&[NEW_KEY, OLD_KEY], false);
+    let l = lookup(&after, "/", &[&format!("s={old}")]);
+    assert!(
+        matches!(&l, Lookup::Pinned(p) if p.signature == tether_core::Signature::Valid { key: 1 })
+    );
+    // Still pinned where it is: left alone until it moves.
+    assert_eq!(after.respond(&l, &served("10.0.0.1:80"), NOW), None);
+    let moved = value_of(after.respond(&l, &served("10.0.0.2:80"), NOW));
+    let new_only = sealed_session(&[NEW_KEY], false);
+    assert!(matches!(
+        lookup(&new_only, "/", &[&format!("s={moved}")]),
+        Lookup::Pinned(_)
+    ));
+    // Once the old key is dropped, its cookies are no session.
+    assert_eq!(
+        lookup(&new_only, "/", &[&format!("s={old}")]),
+        Lookup::Miss(Miss::Invalid(cookie::DecodeError::Sealed))
+    );
+}
+
+#[test]
+fn under_sealed_an_unsealed_cookie_is_refused_or_upgraded() {
+    let plain = envoy_value("10.0.0.1:80", None);
+    let signed = {
+        let ring = KeyRing::new(vec![Key::from_secret(NEW_KEY).unwrap()]);
+        let c = SessionCookie::new(AddressList::parse("10.0.0.1:80").unwrap());
+        cookie::encode(&c, Format::Envoy, ring.signer()).unwrap()
+    };
+    let strict = sealed_session(&[NEW_KEY], false);
+    assert_eq!(
+        lookup(&strict, "/", &[&format!("s={plain}")]),
+        Lookup::Miss(Miss::Unsigned)
+    );
+    // Signed by the same key, yet readable by anyone: not sealed.
+    assert_eq!(
+        lookup(&strict, "/", &[&format!("s={signed}")]),
+        Lookup::Miss(Miss::Unsealed)
+    );
+    let migrating = sealed_session(&[NEW_KEY], true);
+    for v in [plain, signed] {
+        let l = lookup(&migrating, "/", &[&format!("s={v}")]);
+        assert!(matches!(l, Lookup::Pinned(_)), "{v}: {l:?}");
+        // Re-issued sealed, for the same host.
+        let up = value_of(migrating.respond(&l, &served("10.0.0.1:80"), NOW));
+        assert!(matches!(
+            lookup(&strict, "/", &[&format!("s={up}")]),
+            Lookup::Pinned(p) if p.format == Format::Sealed
+        ));
+    }
+}
+
+#[test]
+fn sealed_header_mode_and_config_errors() {
+    let mut c = SessionConfig::header("x-session").unwrap();
+    c.format = Format::Sealed;
+    assert_eq!(
+        Session::new(c.clone()).unwrap_err().to_string(),
+        r#"format: "sealed" needs keys (base64 secrets of at least 32 bytes; the first seals, all open)"#
+    );
+    c.keys = KeyRing::new(vec![
+        Key::from_secret(NEW_KEY).unwrap(),
+        Key::from_secret(b"only-sixteen-b16").unwrap(),
+    ]);
+    assert_eq!(
+        Session::new(c.clone()).unwrap_err().to_string(),
+        r#"keys[1]: "<not shown>" decodes to 16 bytes; a sealing key needs at least 32"#
+    );
+    c.keys = KeyRing::new(vec![Key::from_secret(NEW_KEY).unwrap()]);
+    let s = Session::new(c).unwrap();
+    let emit = s.respond(
+        &Lookup::Miss(Miss::Absent),
+        &served("[2001:db8::1]:80"),
+        NOW,
+    );
+    let Some(Emit::Header { name, value }) = emit else {
+        panic!("{emit:?}")
+    };
+    assert_eq!(name, "x-session");
+    let l = s.lookup(
+        &SessionRequest {
+            path: "/",
+            cookies: &[],
+            header: Some(&value),
+        },
+        NOW,
+    );
+    assert_eq!(
+        l.override_header_value().as_deref(),
+        Some("[2001:db8::1]:80")
+    );
+}
+
+#[test]
+fn key_files_name_the_line_never_the_secret() {
+    let good = "# sealing keys, newest first\n\nbmV3LXNlYWxpbmctc2VjcmV0LTAxMjM0NTY3ODlhYmM=\n  b2xkLXNlYWxpbmctc2VjcmV0LTAxMjM0NTY3ODlhYmM=  \n";
+    let ring = KeyRing::from_key_file(good).unwrap();
+    assert_eq!(ring.len(), 2);
+    assert_eq!(
+        ring.signer().unwrap().sealing_id(),
+        Key::from_secret(NEW_KEY).unwrap().sealing_id()
+    );
+    let bad = "bmV3LXNlYWxpbmctc2VjcmV0LTAxMjM0NTY3ODlhYmM=\nc2hvcnQ=\n";
+    let e = KeyRing::from_key_file(bad).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        r#"line 2: "<8 characters>" decodes to 5 bytes; a key needs at least 16"#
+    );
+    assert!(!e.contains("c2hvcnQ"));
+    assert_eq!(
+        KeyRing::from_key_file("# none yet\n\n")
+            .unwrap_err()
+            .to_string(),
+        "keys: holds no key"
+    );
+}

@@ -158,3 +158,74 @@ fn readers_vectors() {
         }
     }
 }
+
+/// The key ring of the `sealed` section, or a ring of `keys` given there.
+fn ring_of(list: &Value) -> KeyRing {
+    KeyRing::from_base64(list.as_array().unwrap().iter().map(|k| k.as_str().unwrap())).unwrap()
+}
+
+fn nonce_of(hex: &str) -> [u8; cookie::sealed::NONCE_LEN] {
+    let mut out = [0; cookie::sealed::NONCE_LEN];
+    assert_eq!(hex.len(), 2 * out.len(), "nonce {hex}");
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap();
+    }
+    out
+}
+
+#[test]
+fn sealed_vectors() {
+    let v = &vectors()["sealed"];
+    let ring = ring_of(&v["keys"]);
+    let keys: Vec<_> = ring.iter().collect();
+    for (key, id) in keys.iter().zip(v["key_ids"].as_array().unwrap()) {
+        let hex: String = key
+            .sealing_id()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(hex, id.as_str().unwrap());
+    }
+    let seals = list(v, "seal");
+    assert!(seals.len() >= 3);
+    for s in seals {
+        let name = s["name"].as_str().unwrap();
+        let c = cookie_of(&s["cookie"]);
+        let key = keys[s["key"].as_u64().unwrap() as usize];
+        let value = cookie::sealed::seal(&c, key, &nonce_of(s["nonce"].as_str().unwrap()))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(value, s["value"].as_str().unwrap(), "{name}");
+        let d = cookie::decode(&value, &ring).unwrap();
+        assert_eq!(d.cookie, c, "{name}");
+        assert_eq!(d.format, Format::Sealed, "{name}");
+    }
+    let now = v["now"].as_u64().unwrap();
+    let opens = list(v, "open");
+    assert!(opens.len() >= 10);
+    for o in opens {
+        let name = o["name"].as_str().unwrap();
+        let value = o["value"].as_str().unwrap();
+        let expect = &o["expect"];
+        // Without keys nothing opens.
+        assert_eq!(
+            cookie::decode(value, &KeyRing::empty()).unwrap_err().code(),
+            "sealed",
+            "{name}"
+        );
+        let got = cookie::decode(value, &ring);
+        if let Some(err) = expect["error"].as_str() {
+            assert_eq!(got.unwrap_err().code(), err, "{name}");
+            continue;
+        }
+        let d = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(d.cookie, cookie_of(expect), "{name}");
+        assert_eq!(d.format, Format::Sealed, "{name}");
+        let key = expect["key"].as_u64().unwrap() as usize;
+        assert_eq!(d.signature, Signature::Valid { key }, "{name}");
+        assert_eq!(
+            d.cookie.is_expired(now),
+            expect["expired"].as_bool().unwrap(),
+            "{name}"
+        );
+    }
+}

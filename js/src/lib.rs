@@ -50,7 +50,7 @@ use convert::{Result, Thrown};
 #[wasm_bindgen(typescript_custom_section)]
 const TS_TYPES: &str = r#"
 /** A session cookie wire format. */
-export type Format = "envoy" | "grpc" | "legacy";
+export type Format = "envoy" | "grpc" | "legacy" | "sealed";
 
 /** The MAC state of a cookie: no MAC, verified (by `key`), matching no key, or not checked (no keys given). */
 export type SignatureState = "unsigned" | "valid" | "invalid" | "unchecked";
@@ -143,7 +143,7 @@ export interface SessionRequest {
 export interface SessionLookup {
   /** pinned: route to `session.addresses`; miss: load balance (the response will carry a cookie); bypass: the cookie path does not apply. */
   outcome: "pinned" | "miss" | "bypass";
-  reason: null | "absent" | "invalid" | "expired" | "bad-mac" | "unsigned";
+  reason: null | "absent" | "invalid" | "expired" | "bad-mac" | "unsigned" | "unsealed";
   /** Why the value names no session, for reason "invalid". */
   error: string | null;
   /** When the cookie expired, for reason "expired". */
@@ -263,9 +263,9 @@ fn encode_value(input: &JsValue) -> Result<String> {
         .ok_or_else(|| ConfigError::new("addresses", "", Problem::Missing))?;
     let format = match convert::opt_string(&m, "format")? {
         None => Format::default(),
-        Some(f) => f
-            .parse()
-            .map_err(|_| ConfigError::new("format", f, Problem::OneOf("envoy, grpc, legacy")))?,
+        Some(f) => f.parse().map_err(|_| {
+            ConfigError::new("format", f, Problem::OneOf("envoy, grpc, legacy, sealed"))
+        })?,
     };
     let explicit = convert::opt_epoch(&m, "expires")?;
     let expires = match (ttl(&m)?, explicit) {
@@ -589,6 +589,7 @@ impl JsSession {
                     Miss::Expired(_) => "expired",
                     Miss::BadMac => "bad-mac",
                     Miss::Unsigned => "unsigned",
+                    Miss::Unsealed => "unsealed",
                 }),
             ),
         };

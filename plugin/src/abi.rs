@@ -85,6 +85,12 @@ extern "C" {
     ) -> u32;
 }
 
+#[link(wasm_import_module = "wasi_snapshot_preview1")]
+extern "C" {
+    #[link_name = "random_get"]
+    fn wasi_random_get(buf: *mut u8, len: usize) -> u32;
+}
+
 /// Takes ownership of a buffer the host allocated through
 /// `proxy_on_memory_allocate` (exactly `size` bytes, as a `Vec<u8>` holds them).
 fn owned(status: u32, data: *mut u8, size: usize) -> Option<Vec<u8>> {
@@ -226,6 +232,11 @@ impl Host for Envoy {
 
     fn log(&mut self, level: Level, message: &str) {
         log(level, message);
+    }
+
+    fn random(&mut self, out: &mut [u8]) -> bool {
+        // SAFETY: the host writes exactly `out.len()` bytes into `out`.
+        unsafe { wasi_random_get(out.as_mut_ptr(), out.len()) == OK }
     }
 
     fn count(&mut self, counter: Counter) {

@@ -18,9 +18,10 @@
 use alloc::collections::BTreeSet;
 use alloc::string::String;
 use alloc::vec::Vec;
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 use core::net::SocketAddr;
 use core::str;
+use tether_core::cookie::sealed::NONCE_LEN;
 use tether_core::cookie::{self, SessionCookie};
 use tether_core::session::{Emit, Lookup, Miss, Pin, Served, SessionRequest};
 use tether_core::{AddressList, Format};
@@ -82,6 +83,9 @@ pub trait Host {
     fn log(&mut self, level: Level, message: &str);
     /// Adds one to a counter in Envoy's stats.
     fn count(&mut self, counter: Counter);
+    /// Fills `out` with random bytes from the host (WASI `random_get`);
+    /// false when the host has none.
+    fn random(&mut self, out: &mut [u8]) -> bool;
 }
 
 /// The plugin's counters in Envoy's stats.
@@ -181,6 +185,9 @@ pub struct Plugin {
     debug: bool,
     /// Addresses already logged for a cookie stock Envoy misreads.
     misread: RefCell<BTreeSet<SocketAddr>>,
+    /// Sealed values minted without the host's randomness (see
+    /// [`Plugin::nonce`]).
+    unrandom: Cell<u64>,
 }
 
 impl Plugin {
@@ -190,7 +197,31 @@ impl Plugin {
             config,
             debug,
             misread: RefCell::new(BTreeSet::new()),
+            unrandom: Cell::new(0),
         }
+    }
+
+    /// The nonce of a sealed value: random bytes from the host. Should the
+    /// host have none, a count of such values and the clock stand in (said
+    /// once): AES-GCM-SIV stays sound with any nonce, a repeated one only
+    /// shows that two values seal the same session.
+    fn nonce(&self, host: &mut impl Host, now: u64) -> [u8; NONCE_LEN] {
+        let mut nonce = [0; NONCE_LEN];
+        if host.random(&mut nonce) {
+            return nonce;
+        }
+        let count = self.unrandom.get();
+        self.unrandom.set(count.wrapping_add(1));
+        if count == 0 {
+            host.log(
+                Level::Warn,
+                "tether: the host's random_get failed; sealed cookies take counted nonces \
+                 (their sessions stay secret, equal sessions may show as equal)",
+            );
+        }
+        nonce[..8].copy_from_slice(&count.to_le_bytes());
+        nonce[8..].copy_from_slice(&(now as u32).to_le_bytes());
+        nonce
     }
 
     /// Counts a pin whose cookie stock Envoy would not read, and says so
@@ -434,7 +465,13 @@ impl Plugin {
                 return true;
             }
         }
-        match session.respond(&ex.lookup, &served, ex.now) {
+        // Randomness is drawn only for a sealed value about to be written.
+        let nonce = if wants && session.config().format.is_sealed() {
+            self.nonce(host, ex.now)
+        } else {
+            [0; NONCE_LEN]
+        };
+        match session.respond_with(&ex.lookup, &served, ex.now, &nonce) {
             Some(Emit::SetCookie(value)) => host.add_response_header("set-cookie", &value),
             Some(Emit::Header { name, value }) => host.set_response_header(&name, &value),
             None => {}
@@ -482,6 +519,8 @@ mod tests {
         set_request: Vec<(String, String)>,
         response: Vec<(String, String)>,
         reply: Option<u32>,
+        random_byte: u8,
+        random_works: bool,
     }
 
     impl FakeHost {
@@ -496,6 +535,7 @@ mod tests {
         }
 
         fn served_by(mut self, address: &str) -> Self {
+            self.random_works = true;
             self.properties
                 .insert("upstream.address".into(), address.as_bytes().to_vec());
             self.properties
@@ -571,6 +611,14 @@ mod tests {
         }
         fn log(&mut self, _level: Level, _message: &str) {}
         fn count(&mut self, _counter: Counter) {}
+        fn random(&mut self, out: &mut [u8]) -> bool {
+            self.calls.push("random".into());
+            for (i, b) in out.iter_mut().enumerate() {
+                *b = self.random_byte.wrapping_add(i as u8);
+            }
+            self.random_byte = self.random_byte.wrapping_add(1);
+            self.random_works
+        }
     }
 
     fn plugin(json: &str) -> Plugin {
@@ -941,6 +989,78 @@ mod tests {
                 .insert("upstream.address".into(), bytes.clone());
             p.on_response(&mut resp, Some(&ex));
             let _ = HeaderMap(bytes).iter().count();
+        }
+    }
+
+    const SEALED: &str = r#"{"cookie":{"name":"s","path":"/","ttl":"120s"},"format":"sealed",
+        "keys":["bmV3LXNlYWxpbmctc2VjcmV0LTAxMjM0NTY3ODlhYmM="]}"#;
+
+    fn cookie_value(set_cookie: &str) -> String {
+        set_cookie::parse(set_cookie).unwrap().value.to_owned()
+    }
+
+    #[test]
+    fn a_sealed_cookie_pins_and_a_tampered_one_gets_a_fresh_pick() {
+        let p = plugin(SEALED);
+        let (_, resp) = exchange(&p, &[], "10.0.0.1:80");
+        assert!(
+            resp.calls.contains(&"random".to_owned()),
+            "{:?}",
+            resp.calls
+        );
+        let first = cookie_value(resp.set_cookies()[0]);
+        let ring = &p.config().session.config().keys;
+        let d = cookie::decode(&first, ring).unwrap();
+        assert_eq!(d.format, Format::Sealed);
+        assert_eq!(d.cookie.cluster.as_deref(), Some("backends"));
+        assert_eq!(d.cookie.expires, Some(NOW + 120));
+        // Nothing of the session shows.
+        assert!(cookie::decode(&first, &KeyRing::empty()).is_err());
+
+        // Replayed: pinned, served there, nothing sent back, no randomness.
+        let header = alloc::format!("s={first}");
+        let (req, resp) = exchange(&p, &[("cookie", &header)], "10.0.0.1:80");
+        assert_eq!(req.set_request.len(), 1);
+        assert_eq!(req.set_request[0].1, "10.0.0.1:80");
+        assert!(resp.set_cookies().is_empty());
+        assert!(!resp.calls.contains(&"random".to_owned()));
+
+        // Other random bytes, another value for the same session.
+        let ex = p.on_request(&mut FakeHost::new(&[]), Some(NOW));
+        let mut resp = FakeHost::default().served_by("10.0.0.1:80");
+        resp.random_byte = 7;
+        p.on_response(&mut resp, Some(&ex));
+        let second = cookie_value(resp.set_cookies()[0]);
+        assert_ne!(second, first);
+        assert_eq!(cookie::decode(&second, ring).unwrap().cookie, d.cookie);
+
+        // Tampered: not pinned, a fresh pick, a new cookie that opens.
+        let mut bytes = first.clone().into_bytes();
+        bytes[20] = if bytes[20] == b'A' { b'B' } else { b'A' };
+        let tampered = alloc::format!("s={}", String::from_utf8(bytes).unwrap());
+        let (req, resp) = exchange(&p, &[("cookie", &tampered)], "10.0.0.2:80");
+        assert!(req.set_request.is_empty());
+        let fresh = cookie_value(resp.set_cookies()[0]);
+        let d = cookie::decode(&fresh, ring).unwrap();
+        assert_eq!(d.cookie.addresses.primary(), "10.0.0.2:80".parse().unwrap());
+    }
+
+    #[test]
+    fn without_host_randomness_sealed_nonces_are_counted() {
+        let p = plugin(SEALED);
+        let mut values = Vec::new();
+        for _ in 0..3 {
+            let ex = p.on_request(&mut FakeHost::new(&[]), Some(NOW));
+            let mut resp = FakeHost::default().served_by("10.0.0.1:80");
+            resp.random_works = false;
+            p.on_response(&mut resp, Some(&ex));
+            values.push(cookie_value(resp.set_cookies()[0]));
+        }
+        values.dedup();
+        assert_eq!(values.len(), 3, "{values:?}");
+        let ring = &p.config().session.config().keys;
+        for v in &values {
+            assert!(cookie::decode(v, ring).is_ok());
         }
     }
 }

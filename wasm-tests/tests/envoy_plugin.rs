@@ -519,3 +519,68 @@ async fn cookie_expiry_follows_the_clock() {
     assert!(e2 >= e1 + 2, "expiry moved with the clock: {e1} then {e2}");
     assert!(e2.abs_diff(now() + 120) <= 3);
 }
+
+/// The value of the session cookie a response sets, if any (raw: a sealed
+/// value opens only with the keys).
+fn set_cookie_value(r: &tether_testkit::client::Response) -> Option<String> {
+    r.headers
+        .iter()
+        .filter(|(n, _)| n == "set-cookie")
+        .filter_map(|(_, v)| tether_core::http::set_cookie::parse(v))
+        .find(|c| c.name == scenario::COOKIE)
+        .map(|c| c.value.to_string())
+}
+
+#[tokio::test]
+async fn a_sealed_cookie_pins_through_envoy_and_a_tampered_one_gets_a_fresh_pick() {
+    // base64 of "tether-sealing-secret-0123456789", 32 bytes.
+    let secret = "dGV0aGVyLXNlYWxpbmctc2VjcmV0LTAxMjM0NTY3ODk=";
+    let ring = KeyRing::from_base64([secret]).unwrap();
+    let mut config = plugin_config();
+    config["format"] = json!("sealed");
+    config["keys"] = json!([secret]);
+    let stage = Stage::config_file(FILE, Some(&config)).await;
+
+    let r = stage.get("/", &[]).await;
+    assert_eq!(r.status, 200, "{}", stage.envoy.log());
+    let b = backend(&r).to_string();
+    let value = set_cookie_value(&r).expect("a first request gets a sealed cookie");
+    let d = cookie::decode(&value, &ring).unwrap();
+    assert_eq!(d.format, Format::Sealed);
+    assert_eq!(stage.backends.name_at(d.cookie.addresses.primary()), b);
+    assert_eq!(d.cookie.cluster.as_deref(), Some(CLUSTER));
+    assert!(cookie::decode(&value, &KeyRing::empty()).is_err());
+
+    // Pinned: every request to the same backend, no new cookie.
+    let header = format!("{}={value}", scenario::COOKIE);
+    for _ in 0..10 {
+        let r = stage.get("/", &[("cookie", &header)]).await;
+        assert_eq!(backend(&r), b, "{}", stage.envoy.log());
+        assert_eq!(set_cookie_value(&r), None);
+    }
+
+    // One character changed: load balanced, each answer re-pins with a
+    // fresh sealed cookie naming who answered.
+    let mut bytes = value.clone().into_bytes();
+    bytes[24] = if bytes[24] == b'A' { b'B' } else { b'A' };
+    let tampered = format!("{}={}", scenario::COOKIE, String::from_utf8(bytes).unwrap());
+    let mut seen = BTreeSet::new();
+    let mut fresh_values = BTreeSet::new();
+    for _ in 0..6 {
+        let r = stage.get("/", &[("cookie", &tampered)]).await;
+        assert_eq!(r.status, 200, "{}", stage.envoy.log());
+        let answered = backend(&r).to_string();
+        let fresh = set_cookie_value(&r).expect("a fresh cookie for a tampered one");
+        let d = cookie::decode(&fresh, &ring).unwrap();
+        assert_eq!(d.format, Format::Sealed);
+        assert_eq!(
+            stage.backends.name_at(d.cookie.addresses.primary()),
+            answered
+        );
+        seen.insert(answered);
+        fresh_values.insert(fresh);
+    }
+    assert!(seen.len() > 1, "load balanced, not pinned: {seen:?}");
+    // Nonces from Envoy's random_get: no two values alike.
+    assert_eq!(fresh_values.len(), 6);
+}

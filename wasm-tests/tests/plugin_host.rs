@@ -698,6 +698,150 @@ fn every_decode_vector_pins_or_falls_back_with_a_fresh_cookie() {
     }
 }
 
+/// A `sealed` configuration under the base64 secrets `keys` (the first seals).
+fn sealed_config(keys: &[&str]) -> String {
+    config(json!({ "format": "sealed", "keys": keys }))
+}
+
+/// The key ring of `vectors.json`'s `sealed` section and its base64 secrets.
+fn sealed_ring() -> (Vec<String>, KeyRing) {
+    let v = vectors();
+    let keys: Vec<String> = v["sealed"]["keys"]
+        .as_array()
+        .expect("sealed.keys")
+        .iter()
+        .filter_map(|k| k.as_str().map(String::from))
+        .collect();
+    let ring = KeyRing::from_base64(keys.iter().map(String::as_str)).expect("sealed keys");
+    (keys, ring)
+}
+
+/// The session a sealed `name=value` pair names, and the index of the key
+/// that opened it.
+fn sealed_session_of(pair: &str, ring: &KeyRing) -> (SessionCookie, usize) {
+    let value = pair.split_once('=').map_or("", |(_, v)| v);
+    let d = cookie::decode(value, ring).unwrap_or_else(|e| panic!("{pair}: {e:?}"));
+    assert_eq!(d.format, cookie::Format::Sealed, "{pair}");
+    match d.signature {
+        cookie::Signature::Valid { key } => (d.cookie, key),
+        other => panic!("{pair}: {other:?}"),
+    }
+}
+
+#[test]
+fn every_sealed_vector_pins_or_falls_back_with_a_fresh_sealed_cookie() {
+    let all = vectors();
+    let (keys, ring) = sealed_ring();
+    let list = all["sealed"]["open"].as_array().expect("sealed.open");
+    assert!(list.len() >= 10, "{} vectors", list.len());
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let mut host = plugin(&sealed_config(&keys));
+    host.set_epoch_seconds(all["sealed"]["now"].as_u64().expect("sealed.now"));
+    host.tick().unwrap();
+    for v in list {
+        let name = v["name"].as_str().unwrap_or("?");
+        let header = format!("{COOKIE}={}", v["value"].as_str().expect("value"));
+        let expect = &v["expect"];
+        let pinned = expect["addresses"]
+            .as_array()
+            .filter(|_| expect["expired"] == false);
+        if let Some(list) = pinned {
+            let want: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
+            let rec = exchange(
+                &mut host,
+                &request("/", &[("cookie", &header)]),
+                Upstream::Served(want[0]),
+            );
+            assert_eq!(
+                rec.request_headers_named(OVERRIDE),
+                [want.join(",")],
+                "{name}"
+            );
+            // Sealed by either key and served where pinned: left alone.
+            assert!(
+                rec.response_headers_named("set-cookie").is_empty(),
+                "{name}"
+            );
+        } else {
+            let rec = exchange(
+                &mut host,
+                &request("/", &[("cookie", &header)]),
+                Upstream::Served(A),
+            );
+            assert!(
+                rec.request_headers_named(OVERRIDE).is_empty(),
+                "{name}: pinned"
+            );
+            let (session, key) = sealed_session_of(&only_set_cookie(&rec), &ring);
+            assert_eq!(
+                session.addresses,
+                addresses(&[A]),
+                "{name}: no fresh cookie"
+            );
+            assert_eq!(key, 0, "{name}: sealed by the first key");
+        }
+    }
+}
+
+#[test]
+fn sealed_cookies_take_random_nonces_and_rotate_with_a_configuration_update() {
+    let (keys, ring) = sealed_ring();
+    let (new, old) = (keys[0].as_str(), keys[1].as_str());
+    let mut host = plugin(&sealed_config(&[old]));
+    let first = session_on(&mut host, A);
+    let second = session_on(&mut host, A);
+    // The same session, sealed twice with nonces from random_get.
+    assert_ne!(first, second);
+    assert_eq!(
+        sealed_session_of(&first, &ring),
+        sealed_session_of(&second, &ring)
+    );
+    assert_eq!(
+        sealed_session_of(&first, &ring).1,
+        1,
+        "sealed by the old key"
+    );
+
+    // The new key is prepended without a restart: old cookies still pin,
+    // new ones are sealed with the new key.
+    assert!(host.configure(&sealed_config(&[new, old])).unwrap());
+    let rec = exchange(
+        &mut host,
+        &request("/", &[("cookie", &first)]),
+        Upstream::Served(A),
+    );
+    assert_eq!(rec.request_headers_named(OVERRIDE), [A]);
+    assert_eq!(sealed_session_of(&session_on(&mut host, B), &ring).1, 0);
+
+    // The old key dropped: its cookies are no session any more.
+    assert!(host.configure(&sealed_config(&[new])).unwrap());
+    let rec = exchange(
+        &mut host,
+        &request("/", &[("cookie", &first)]),
+        Upstream::Served(B),
+    );
+    assert!(rec.request_headers_named(OVERRIDE).is_empty());
+    let (session, key) = sealed_session_of(&only_set_cookie(&rec), &ring);
+    assert_eq!((session.addresses, key), (addresses(&[B]), 0));
+}
+
+#[test]
+fn a_sealed_configuration_without_usable_keys_is_refused_naming_the_field() {
+    for (keys, says) in [
+        (json!(null), r#"format: "sealed" needs keys"#),
+        (
+            json!([KEY]),
+            r#"keys[0]: "<not shown>" decodes to 16 bytes; a sealing key needs at least 32"#,
+        ),
+    ] {
+        let mut host = loaded_plugin().instantiate().unwrap();
+        let c = config(json!({ "format": "sealed", "keys": keys }));
+        assert!(!host.configure(&c).unwrap(), "{c}");
+        assert!(host.log_text().contains(says), "{}", host.log_text());
+        assert!(!host.log_text().contains(KEY), "a key in the log");
+    }
+}
+
 // --- random and garbage inputs ------------------------------------------------------
 
 /// SplitMix64: small, seeded, reproducible.

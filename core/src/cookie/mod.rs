@@ -10,11 +10,14 @@
 //! | `envoy` | protobuf: 1 `address`, 2 `expires`, tether's 100 `cluster`, 101 `extra_addresses`, 102 `mac` | Envoy's cookie session state, tether |
 //! | `grpc` | `addr[,addr...];cluster` (`;` always written) | gRPC C-core (A55/A60/A61), tether |
 //! | `legacy` | `ip:port` | Envoy (deprecated path), gRPC C-core, tether |
+//! | `sealed` | `0x07`, key id, nonce, AES-256-GCM-SIV of the `envoy` payload, tag ([`sealed`]) | tether with the key |
 //!
-//! [`decode`] reads all three, whichever the configured write format is:
+//! [`decode`] reads all four, whichever the configured write format is:
 //! - surrounding double quotes are removed (Envoy quotes, C-core does not);
 //! - base64 may be padded or unpadded: C-core accepts unpadded values and so
 //!   does tether, while Envoy drops them; tether always writes padded values;
+//! - a payload starting with [`sealed::FORMAT_BYTE`] is opened with the
+//!   keys (a value no key opens is [`DecodeError::Sealed`]);
 //! - a payload that is printable text is the `grpc`/`legacy` text form,
 //!   anything else is the protobuf form (Envoy's first byte is always a
 //!   field tag, never printable);
@@ -28,6 +31,7 @@
 mod decode64;
 mod envoy;
 pub mod readers;
+pub mod sealed;
 pub mod signed;
 mod text;
 
@@ -96,34 +100,45 @@ pub enum Format {
     Grpc,
     /// Plain `ip:port`, understood by every reader.
     Legacy,
+    /// The session encrypted and authenticated under the key ring
+    /// ([`sealed`]): read by tether alone, and only with the key.
+    Sealed,
 }
 
 impl Format {
     /// All formats, for iteration in tests and tools.
-    pub const ALL: [Format; 3] = [Format::Envoy, Format::Grpc, Format::Legacy];
+    pub const ALL: [Format; 4] = [Format::Envoy, Format::Grpc, Format::Legacy, Format::Sealed];
 
-    /// The name used in configuration and output: `envoy`, `grpc`, `legacy`.
+    /// The name used in configuration and output: `envoy`, `grpc`,
+    /// `legacy`, `sealed`.
     pub fn as_str(self) -> &'static str {
         match self {
             Format::Envoy => "envoy",
             Format::Grpc => "grpc",
             Format::Legacy => "legacy",
+            Format::Sealed => "sealed",
         }
     }
 
     /// Whether the format can hold a cluster name.
     pub fn carries_cluster(self) -> bool {
-        matches!(self, Format::Envoy | Format::Grpc)
+        matches!(self, Format::Envoy | Format::Grpc | Format::Sealed)
     }
 
     /// Whether the format can hold more than one address.
     pub fn carries_address_list(self) -> bool {
-        matches!(self, Format::Envoy | Format::Grpc)
+        matches!(self, Format::Envoy | Format::Grpc | Format::Sealed)
     }
 
     /// Whether the format can hold an expiry.
     pub fn carries_expiry(self) -> bool {
-        self == Format::Envoy
+        matches!(self, Format::Envoy | Format::Sealed)
+    }
+
+    /// Whether values in this format are written and read with keys
+    /// (`sealed`: keys are required).
+    pub fn is_sealed(self) -> bool {
+        self == Format::Sealed
     }
 
     /// Whether the format can hold a MAC.
@@ -155,7 +170,7 @@ impl fmt::Display for UnknownFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} is not a cookie format (envoy, grpc, legacy)",
+            "{:?} is not a cookie format (envoy, grpc, legacy, sealed)",
             self.0
         )
     }
@@ -176,7 +191,8 @@ impl FromStr for Format {
 pub enum Signature {
     /// The cookie carries no MAC.
     Unsigned,
-    /// The MAC verified with the key at this index of the key ring.
+    /// The MAC (or a sealed value's tag) verified with the key at this
+    /// index of the key ring.
     Valid {
         /// Index of the verifying key (0 is the signing key).
         key: usize,
@@ -225,6 +241,9 @@ pub enum DecodeError {
     Text,
     /// A cluster name with control characters (never written by an encoder).
     Cluster,
+    /// A sealed value that no configured key opens: modified, truncated,
+    /// sealed under another key, or no keys given.
+    Sealed,
 }
 
 impl fmt::Display for DecodeError {
@@ -244,13 +263,16 @@ impl fmt::Display for DecodeError {
             DecodeError::Cluster => {
                 f.write_str("the cookie's cluster name contains control characters")
             }
+            DecodeError::Sealed => f.write_str(
+                "the sealed cookie opens with no configured key (modified, truncated or sealed under another key)",
+            ),
         }
     }
 }
 
 impl DecodeError {
     /// A stable short name of the error kind (`empty`, `quotes`, `base64`,
-    /// `proto`, `missing-address`, `address`, `text`, `cluster`), for bindings and test
+    /// `proto`, `missing-address`, `address`, `text`, `cluster`, `sealed`), for bindings and test
     /// vectors that must match on the kind rather than on the message text.
     pub fn code(&self) -> &'static str {
         match self {
@@ -262,6 +284,7 @@ impl DecodeError {
             DecodeError::Address(_) => "address",
             DecodeError::Text => "text",
             DecodeError::Cluster => "cluster",
+            DecodeError::Sealed => "sealed",
         }
     }
 }
@@ -278,6 +301,11 @@ pub enum EncodeError {
     },
     /// The cluster name is empty or contains control characters.
     Cluster(String),
+    /// The format is written with a key and none was given.
+    NoKey {
+        /// The format asked for.
+        format: Format,
+    },
 }
 
 impl fmt::Display for EncodeError {
@@ -289,12 +317,14 @@ impl fmt::Display for EncodeError {
             EncodeError::Cluster(c) => {
                 write!(f, "cluster {c:?} is empty or contains control characters")
             }
+            EncodeError::NoKey { format } => write!(f, "format {format} needs a key"),
         }
     }
 }
 
 /// Decodes a cookie value (quoted or not) in any format. `keys` verify a MAC
-/// when the value carries one; pass an empty ring when signing is not used.
+/// when the value carries one and open a sealed value; pass an empty ring
+/// when neither is used.
 pub fn decode(value: &str, keys: &KeyRing) -> Result<Decoded, DecodeError> {
     let (inner, quoted) = unquote(value)?;
     if inner.is_empty() {
@@ -314,6 +344,18 @@ pub fn decode(value: &str, keys: &KeyRing) -> Result<Decoded, DecodeError> {
     let len = decode64::decode(inner.as_bytes(), buf).ok_or(DecodeError::Base64)?;
     let bytes = buf.get(..len).ok_or(DecodeError::Base64)?;
     let mut envoy_misreads = !padded;
+    if bytes.first() == Some(&sealed::FORMAT_BYTE) {
+        let (cookie, key) = sealed::open(bytes, keys)?;
+        // Stock Envoy reads no sealed value in any spelling: nothing to respell.
+        return Ok(Decoded {
+            cookie,
+            format: Format::Sealed,
+            signature: Signature::Valid { key },
+            quoted,
+            padded,
+            envoy_misreads: false,
+        });
+    }
     let (cookie, format, mac) = if let Some(text) = text::as_text(bytes) {
         let (cookie, format) = text::parse(text)?;
         if format == Format::Legacy && !envoy_misreads {
@@ -348,7 +390,8 @@ pub fn decode(value: &str, keys: &KeyRing) -> Result<Decoded, DecodeError> {
 /// `signer` when given. Fails when the format cannot carry part of the
 /// cookie. A `legacy` address whose plain text stock Envoy's cookie reader
 /// would take for a protobuf is written in the guarded form every cookie
-/// reader takes (see [`readers`]).
+/// reader takes (see [`readers`]). `sealed` seals with `signer` and the
+/// all-zero nonce (deterministic; [`sealed::seal`] takes a random one).
 pub fn encode(
     cookie: &SessionCookie,
     format: Format,
@@ -376,6 +419,10 @@ fn encode_for(
 ) -> Result<String, EncodeError> {
     check(cookie, format, signer)?;
     Ok(match format {
+        Format::Sealed => {
+            let key = signer.ok_or(EncodeError::NoKey { format })?;
+            BASE64.encode(sealed::seal_bytes(cookie, key, &[0; sealed::NONCE_LEN]))
+        }
         Format::Envoy => BASE64.encode(envoy::to_bytes(cookie, signer)),
         Format::Legacy if guard => BASE64.encode(readers::guard_legacy(cookie.addresses.primary())),
         Format::Grpc | Format::Legacy => BASE64.encode(text::to_text(cookie, format)),
@@ -399,7 +446,7 @@ fn check(cookie: &SessionCookie, format: Format, signer: Option<&Key>) -> Result
     if cookie.expires.is_some() && !format.carries_expiry() {
         return unrepresentable("expires");
     }
-    if signer.is_some() && !format.carries_mac() {
+    if signer.is_some() && !format.carries_mac() && !format.is_sealed() {
         return unrepresentable("mac");
     }
     Ok(())

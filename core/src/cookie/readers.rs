@@ -141,6 +141,8 @@ pub fn promised(format: Format, header: bool) -> &'static [Reader] {
         (Format::Envoy, false) => &[Reader::EnvoyCookie, Reader::Tether],
         (Format::Grpc, false) => &[Reader::Grpc, Reader::Tether],
         (Format::Envoy | Format::Grpc, true) => &[Reader::Tether],
+        // Only tether holds the keys; stock Envoy and C-core see no session.
+        (Format::Sealed, _) => &[Reader::Tether],
     }
 }
 

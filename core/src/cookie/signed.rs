@@ -20,6 +20,7 @@ use core::fmt;
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 
+use super::sealed::SealingKey;
 use super::{SessionCookie, Signature, BASE64};
 use crate::error::{ConfigError, Problem};
 use base64::Engine as _;
@@ -39,10 +40,13 @@ impl fmt::Debug for Mac {
     }
 }
 
-/// One signing secret.
+/// One secret: it signs (`envoy` format) and, when at least
+/// [`super::sealed::MIN_SEALING_KEY_LEN`] bytes long, seals (`sealed`).
 #[derive(Clone)]
 pub struct Key {
     hmac: Hmac<Sha256>,
+    sealing: SealingKey,
+    secret_len: usize,
 }
 
 impl fmt::Debug for Key {
@@ -57,9 +61,22 @@ impl Key {
         if secret.len() < MIN_KEY_LEN {
             return None;
         }
-        Hmac::<Sha256>::new_from_slice(secret)
-            .ok()
-            .map(|hmac| Key { hmac })
+        let hmac = Hmac::<Sha256>::new_from_slice(secret).ok()?;
+        Some(Key {
+            sealing: SealingKey::derive(&hmac),
+            hmac,
+            secret_len: secret.len(),
+        })
+    }
+
+    /// The id sealed values name this key by (public: derived one way
+    /// from the secret).
+    pub fn sealing_id(&self) -> [u8; super::sealed::KEY_ID_LEN] {
+        self.sealing.id()
+    }
+
+    pub(super) fn sealing(&self) -> &SealingKey {
+        &self.sealing
     }
 
     /// A key from its base64 text form (standard alphabet, padding optional).
@@ -147,9 +164,50 @@ impl KeyRing {
         self.keys.len()
     }
 
-    /// The key that signs new cookies.
+    /// The key that signs (and seals) new cookies.
     pub fn signer(&self) -> Option<&Key> {
         self.keys.first()
+    }
+
+    /// The keys, the signing one first.
+    pub fn iter(&self) -> core::slice::Iter<'_, Key> {
+        self.keys.iter()
+    }
+
+    /// Parses a key file's text: one base64 secret a line, the first
+    /// signing (and sealing); blank lines and lines starting with `#` are
+    /// skipped. An error names the line (`line 3`) and never the secret.
+    pub fn from_key_file(text: &str) -> Result<Self, ConfigError> {
+        let mut keys = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let shown = alloc::format!("<{} characters>", line.len());
+            let key = Key::from_base64(line)
+                .map_err(|p| ConfigError::new(&alloc::format!("line {}", i + 1), &shown, p))?;
+            keys.push(key);
+        }
+        if keys.is_empty() {
+            return Err(ConfigError::new("keys", "", Problem::NoKeys));
+        }
+        Ok(KeyRing { keys })
+    }
+
+    /// Checks that every key may seal: an error names the entry
+    /// (`keys[1]`) and the secret's length only.
+    pub fn check_sealing(&self) -> Result<(), ConfigError> {
+        for (i, k) in self.keys.iter().enumerate() {
+            if k.secret_len < super::sealed::MIN_SEALING_KEY_LEN {
+                return Err(ConfigError::new(
+                    &alloc::format!("keys[{i}]"),
+                    "<not shown>",
+                    Problem::SealingKeyTooShort(k.secret_len),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Checks `mac` against every key.

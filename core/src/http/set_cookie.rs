@@ -36,7 +36,8 @@ impl Style {
     /// value quoted or not, C-core refuses a quoted one.
     pub fn for_format(format: Format) -> Style {
         match format {
-            Format::Grpc | Format::Legacy => Style::Grpc,
+            // Sealed values are read by tether alone, which takes them bare.
+            Format::Grpc | Format::Legacy | Format::Sealed => Style::Grpc,
             Format::Envoy => Style::Envoy,
         }
     }

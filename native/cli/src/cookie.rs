@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tether_core::cookie::readers::{self, Reader, Reading};
-use tether_core::cookie::{self, Format, KeyRing, SessionCookie, Signature};
+use tether_core::cookie::{self, sealed, Format, KeyRing, SessionCookie, Signature};
 use tether_core::http::set_cookie::{CookieSpec, Style};
 use tether_core::AddressList;
 
@@ -23,9 +23,9 @@ pub enum CookieCommand {
 pub struct DecodeArgs {
     /// The cookie value, e.g. Cg8xMjcuMC4wLjE6MTkwMDE= or "Cg8x...=" or MTI3LjAuMC4xOjQ0Mzs=
     value: String,
-    /// A file of base64 signing secrets, one a line, to verify the MAC with
-    /// (every one is tried: a key ring). Never a secret on the command line,
-    /// where `ps` and shell history show it.
+    /// A file of base64 secrets, one a line, to verify a MAC or open a
+    /// sealed value with (every one is tried: a key ring). Never a secret on
+    /// the command line, where `ps` and shell history show it.
     #[arg(long = "key-file", value_name = "FILE")]
     key_file: Option<std::path::PathBuf>,
     /// Judge expiry at this epoch second instead of now.
@@ -49,11 +49,12 @@ pub struct EncodeArgs {
     /// Sets the expiry inside an envoy cookie and Max-Age in the Set-Cookie.
     #[arg(long)]
     ttl: Option<String>,
-    /// Wire format to write.
-    #[arg(long, default_value = "envoy", value_parser = ["envoy", "grpc", "legacy"])]
+    /// Wire format to write (`sealed` needs --key-file).
+    #[arg(long, default_value = "envoy", value_parser = ["envoy", "grpc", "legacy", "sealed"])]
     format: String,
-    /// A file of base64 signing secrets, one a line (at least 16 bytes
-    /// each; format envoy only): the first signs.
+    /// A file of base64 secrets, one a line: the first signs (format envoy,
+    /// at least 16 bytes each) or seals (format sealed, at least 32 bytes
+    /// each, with a random nonce).
     #[arg(long = "key-file", value_name = "FILE")]
     key_file: Option<std::path::PathBuf>,
     /// Also render a Set-Cookie for a cookie with this name.
@@ -114,7 +115,19 @@ fn keys(file: Option<&std::path::Path>) -> Result<KeyRing, String> {
 
 fn decode(a: DecodeArgs) -> Result<Value, String> {
     let ring = keys(a.key_file.as_deref())?;
-    let d = cookie::decode(&a.value, &ring).map_err(|e| format!("cookie {:?}: {e}", a.value))?;
+    let d = cookie::decode(&a.value, &ring).map_err(|e| match sealed::key_id(&a.value) {
+        Some(id) if e == cookie::DecodeError::Sealed => format!(
+            "cookie {:?}: {e}; it names key id {}{}",
+            a.value,
+            hex(&id),
+            if ring.is_empty() {
+                " (give its key with --key-file)"
+            } else {
+                ""
+            }
+        ),
+        _ => format!("cookie {:?}: {e}", a.value),
+    })?;
     let now = a.now.unwrap_or_else(super::now);
     let (signature, key) = match d.signature {
         Signature::Unsigned => ("unsigned", None),
@@ -122,8 +135,14 @@ fn decode(a: DecodeArgs) -> Result<Value, String> {
         Signature::Invalid => ("invalid", None),
         Signature::Unchecked => ("unchecked", None),
     };
+    let mut readers = readers_json(&a.value, now);
+    if d.format == Format::Sealed {
+        // Only a holder of the keys reads it: tether, as here.
+        readers["tether"] = json!({ "pins": d.cookie.addresses.as_slice().iter().map(ToString::to_string).collect::<Vec<_>>() });
+    }
     Ok(json!({
         "format": d.format.as_str(),
+        "key_id": sealed::key_id(&a.value).map(|id| hex(&id)),
         "addresses": d.cookie.addresses.as_slice().iter().map(ToString::to_string).collect::<Vec<_>>(),
         "cluster": d.cookie.cluster,
         "expires": d.cookie.expires,
@@ -132,9 +151,13 @@ fn decode(a: DecodeArgs) -> Result<Value, String> {
         "key": key,
         "quoted": d.quoted,
         "padded": d.padded,
-        "readers": readers_json(&a.value, now),
+        "readers": readers,
     }))
-    .inspect(|_| warn_unread(&a.value, d.format, d.cookie.addresses.primary(), a.header, now))
+    .inspect(|_| {
+        if d.format != Format::Sealed {
+            warn_unread(&a.value, d.format, d.cookie.addresses.primary(), a.header, now);
+        }
+    })
     .inspect(|_| {
         if d.cookie.expires.is_some_and(|e| e < cookie::WALL_CLOCK_FLOOR) {
             log::warn!(
@@ -177,6 +200,11 @@ fn warn_unread(value: &str, format: Format, primary: SocketAddr, header: bool, n
     }
 }
 
+/// Lowercase hex, as a key id is shown.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn parse_ttl(text: &str) -> Result<Duration, String> {
     if let Ok(secs) = text.parse::<u64>() {
         return Ok(Duration::from_secs(secs));
@@ -202,7 +230,17 @@ fn encode(a: EncodeArgs) -> Result<Value, String> {
     let mut c = SessionCookie::new(addresses);
     c.cluster = a.cluster.clone();
     c.expires = format.expiry_after(ttl, now);
-    let value = if a.header {
+    let value = if format == Format::Sealed {
+        let key = ring
+            .signer()
+            .ok_or("--format sealed needs --key-file (base64 secrets of at least 32 bytes)")?;
+        let file = a.key_file.as_deref().unwrap_or(std::path::Path::new(""));
+        ring.check_sealing()
+            .map_err(|e| format!("--key-file {}: {e}", file.display()))?;
+        let mut nonce = [0; sealed::NONCE_LEN];
+        getrandom::getrandom(&mut nonce).map_err(|e| format!("no random nonce: {e}"))?;
+        sealed::seal(&c, key, &nonce)
+    } else if a.header {
         cookie::encode_header(&c, format, ring.signer())
     } else {
         cookie::encode(&c, format, ring.signer())
@@ -216,14 +254,16 @@ fn encode(a: EncodeArgs) -> Result<Value, String> {
              Envoy, gRPC C-core and tether read"
         );
     }
-    if c.expires.is_some() {
+    if c.expires.is_some() && format == Format::Envoy {
         log::warn!(
             "Envoy 1.36 to 1.38 judge expires against seconds since their host booted: this \
              cookie never expires there (its Max-Age still bounds the client's copy); Envoy 1.39 \
              and later, gRPC C-core and tether judge it as written"
         );
     }
-    warn_unread(&value, format, primary, a.header, now);
+    if format != Format::Sealed {
+        warn_unread(&value, format, primary, a.header, now);
+    }
     let set_cookie = match &a.name {
         None => None,
         Some(name) => {
@@ -241,7 +281,8 @@ fn encode(a: EncodeArgs) -> Result<Value, String> {
         "value": value,
         "format": format.as_str(),
         "expires": c.expires,
-        "signed": ring.signer().is_some(),
+        "signed": ring.signer().is_some() && format == Format::Envoy,
+        "key_id": sealed::key_id(&value).map(|id| hex(&id)),
         "set_cookie": set_cookie,
     }))
 }

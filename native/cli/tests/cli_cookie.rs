@@ -198,3 +198,106 @@ fn warns_where_envoy_before_1_39_judges_an_expiry_differently() {
     assert_eq!(j["readers"]["envoy-cookie"]["miss"], "expired");
     assert!(err.contains("seconds since an Envoy host booted"), "{err}");
 }
+
+/// The `sealed` keys of `testdata/vectors.json`, as base64 lines.
+fn sealed_keys() -> (Vec<String>, Value) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../testdata/vectors.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let sealed = v["sealed"].clone();
+    let keys = sealed["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap().to_owned())
+        .collect();
+    (keys, sealed)
+}
+
+#[test]
+fn seals_and_opens_with_a_key_file() {
+    let (keys, vectors) = sealed_keys();
+    let (new, old) = (keys[0].as_str(), keys[1].as_str());
+    let ring = key_file("sealing-ring", &["# newest first", new, old]);
+    let line = format!(
+        "cookie encode --address 10.0.0.1:8080 --address [2001:db8::1]:8080 --cluster api \
+         --ttl 120 --now 1800000000 --format sealed --key-file {ring}"
+    );
+    let (code, j, err) = tether(&line);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(j["format"], "sealed");
+    assert_eq!(j["key_id"], vectors["key_ids"][0]);
+    let value = j["value"].as_str().unwrap().to_owned();
+    // A random nonce each time: another value for the same session.
+    let (_, again, _) = tether(&line);
+    assert_ne!(again["value"], j["value"]);
+
+    let (code, d, err) = tether(&format!(
+        "cookie decode {value} --key-file {ring} --now 1800000000"
+    ));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(d["format"], "sealed");
+    assert_eq!(d["addresses"][0], "10.0.0.1:8080");
+    assert_eq!(d["addresses"][1], "[2001:db8::1]:8080");
+    assert_eq!(d["cluster"], "api");
+    assert_eq!(d["expires"], 1800000120);
+    assert_eq!(d["signature"], "valid");
+    assert_eq!(d["key"], 0);
+    assert_eq!(d["readers"]["tether"]["pins"][0], "10.0.0.1:8080");
+    assert!(d["readers"]["grpc"]["pins"] != d["readers"]["tether"]["pins"]);
+    assert!(err.is_empty(), "{err}");
+
+    // Rotation: a file with the old key alone opens nothing the new sealed,
+    // and the vectors' value sealed by the old key opens with the ring.
+    let old_only = key_file("sealing-old", &[old]);
+    let (code, _, err) = tether(&format!("cookie decode {value} --key-file {old_only}"));
+    assert_ne!(code, 0);
+    assert!(err.contains("opens with no configured key"), "{err}");
+    let by_old = vectors["open"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["expect"]["key"] == 1)
+        .unwrap()["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (code, d, err) = tether(&format!("cookie decode {by_old} --key-file {ring}"));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(d["key"], 1);
+    assert_eq!(d["key_id"], vectors["key_ids"][1]);
+
+    // Without keys: an error naming the key id to look for.
+    let (code, _, err) = tether(&format!("cookie decode {value}"));
+    assert_ne!(code, 0);
+    let id = vectors["key_ids"][0].as_str().unwrap();
+    assert!(
+        err.contains(&format!("names key id {id} (give its key with --key-file)")),
+        "{err}"
+    );
+}
+
+#[test]
+fn sealing_needs_a_key_file_of_long_enough_keys_and_no_key_on_the_command_line() {
+    let (code, _, err) = tether("cookie encode --address 10.0.0.1:80 --format sealed");
+    assert_ne!(code, 0);
+    assert!(err.contains("--format sealed needs --key-file"), "{err}");
+    let sixteen = "MDEyMzQ1Njc4OWFiY2RlZg==";
+    let short = key_file("sealing-short", &[sixteen]);
+    let (code, _, err) = tether(&format!(
+        "cookie encode --address 10.0.0.1:80 --format sealed --key-file {short}"
+    ));
+    assert_ne!(code, 0);
+    assert!(
+        err.contains(
+            "keys[0]: \"<not shown>\" decodes to 16 bytes; a sealing key needs at least 32"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains(sixteen), "{err}");
+    for sub in ["encode --address 10.0.0.1:80 --format sealed", "decode x"] {
+        let (code, _, err) = tether(&format!("cookie {sub} --key {KEY}"));
+        assert_ne!(code, 0, "--key exists");
+        assert!(err.contains("unexpected argument '--key'"), "{err}");
+        assert!(!err.contains(KEY), "the secret echoed: {err}");
+    }
+}

@@ -17,6 +17,8 @@
 //! - [`mod@translate`]: model → Listener, RouteConfiguration, Cluster and
 //!   ClusterLoadAssignment, for Envoy and for proxyless gRPC.
 //! - [`server`]: the ADS state-of-the-world server with versioned snapshots.
+//! - [`session_keys`]: the keys of signed and sealed session cookies, read
+//!   from `session.keysFile`.
 //! - [`watch`]: reloading the file on change or SIGHUP, keeping the last
 //!   good snapshot when a new file is bad.
 //!
@@ -34,6 +36,7 @@ pub mod metrics;
 pub mod model;
 pub mod retry;
 pub mod server;
+pub mod session_keys;
 pub mod tls;
 pub mod translate;
 pub mod watch;

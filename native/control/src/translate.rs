@@ -164,7 +164,8 @@ impl PluginWiring {
 }
 
 /// The plugin's JSON configuration for a session spec: the cookie, `strict`,
-/// the format and wiring (a) (`override_encoding: list`).
+/// the format, the keys read from `keysFile` and wiring (a)
+/// (`override_encoding: list`).
 pub fn plugin_configuration(session: &SessionSpec, override_header: &str) -> String {
     let c = &session.cookie.0;
     let mut cookie = serde_json::Map::new();
@@ -187,14 +188,18 @@ pub fn plugin_configuration(session: &SessionSpec, override_header: &str) -> Str
         );
     }
     let format = session.format.map(|f| f.0).unwrap_or_default();
-    serde_json::json!({
+    let mut config = serde_json::json!({
         "cookie": cookie,
         "strict": session.strict,
         "format": format.as_str(),
         "override_header": override_header,
         "override_encoding": "list",
-    })
-    .to_string()
+    });
+    // The keys travel to Envoy in its configuration, never into a log.
+    if !session.keys.is_empty() {
+        config["keys"] = session.keys.secrets().into();
+    }
+    config.to_string()
 }
 
 /// Which kind of client a set of resources is for.

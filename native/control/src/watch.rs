@@ -7,7 +7,7 @@
 //! field and the answer), then each when it is due, the file translated
 //! again when an address changed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use super::dns::{Answer, DnsSettings, DnsStatus, Lookup, NameState, Names, Resolved};
 use super::model::{Config, ModelError, NameUse, Overrides};
 use super::server::ControlPlane;
+use super::session_keys;
 use super::translate::{translate_with, Translated};
 
 /// Why a configuration file could not be used.
@@ -60,14 +61,33 @@ pub fn load_with(path: &Path, overrides: &Overrides) -> Result<(Config, String),
         path: path.to_owned(),
         message: e.to_string(),
     })?;
-    let config = Config::parse_with(&text, overrides).map_err(|error| LoadError::Model {
+    let mut config = Config::parse_with(&text, overrides).map_err(|error| LoadError::Model {
         path: path.to_owned(),
         error,
     })?;
+    load_keys(&mut config, path, &text)?;
     for note in config.session_notes() {
         log::info!("{}: {note}", path.display());
     }
     Ok((config, text))
+}
+
+/// Reads the key files `config` names (relative to `path`'s directory)
+/// into it, and warns about peers that cannot read its sealed cookies.
+fn load_keys(config: &mut Config, path: &Path, text: &str) -> Result<(), LoadError> {
+    session_keys::load(config, &key_base(path)).map_err(|error| LoadError::Model {
+        path: path.to_owned(),
+        error: error.located_in(text),
+    })?;
+    for warning in config.session_warnings() {
+        log::warn!("{}: {warning}", path.display());
+    }
+    Ok(())
+}
+
+/// The directory key files are relative to: the configuration file's.
+fn key_base(path: &Path) -> PathBuf {
+    path.parent().map(Path::to_path_buf).unwrap_or_default()
 }
 
 /// What a reload did.
@@ -88,6 +108,9 @@ pub struct Reloader {
     path: PathBuf,
     plane: ControlPlane,
     last_text: Option<String>,
+    /// The key files of the last file read, as they were: a change is a
+    /// reload (key rotation).
+    last_keys: BTreeMap<PathBuf, Option<String>>,
     overrides: Overrides,
     /// The file being served, translated again when a name's addresses
     /// change.
@@ -130,6 +153,7 @@ impl Reloader {
         let (config, text) = load_with(path, &overrides)?;
         let mut reloader = Reloader {
             last_text: Some(text.clone()),
+            last_keys: session_keys::snapshot(&config, &key_base(path)),
             overrides,
             // The plane is replaced below by the one serving the file's
             // first version.
@@ -148,6 +172,7 @@ impl Reloader {
             path: path.to_owned(),
             plane,
             last_text: None,
+            last_keys: BTreeMap::new(),
             overrides: Overrides::default(),
             config: None,
             names: Names::new(),
@@ -207,16 +232,20 @@ impl Reloader {
             path: self.path.clone(),
             message: e.to_string(),
         })?;
-        if self.last_text.as_deref() == Some(text.as_str()) {
+        if self.last_text.as_deref() == Some(text.as_str())
+            && session_keys::unchanged(&self.last_keys)
+        {
             return Ok(None);
         }
         // Remember bad content too, so it is reported once, not every poll.
         self.last_text = Some(text.clone());
-        let config =
+        let mut config =
             Config::parse_with(&text, &self.overrides).map_err(|error| LoadError::Model {
                 path: self.path.clone(),
                 error,
             })?;
+        self.last_keys = session_keys::snapshot(&config, &key_base(&self.path));
+        load_keys(&mut config, &self.path, &text)?;
         Ok(Some(self.candidate(config, text)))
     }
 

@@ -972,7 +972,7 @@ fn plugin_errors_name_the_field_value_and_line() {
     );
     let e = err(&yaml.replace("format: grpc", "format: json"));
     assert!(
-        e.starts_with("virtualhosts[0].routes[2].loadBalancerPolicy.session.format: \"json\" is not a cookie format (envoy, grpc, legacy)"),
+        e.starts_with("virtualhosts[0].routes[2].loadBalancerPolicy.session.format: \"json\" is not a cookie format (envoy, grpc, legacy, sealed)"),
         "{e}"
     );
     let e = err(&yaml.replace("    filename:", "    file:"));
@@ -1738,5 +1738,141 @@ fn session_notes_say_who_reads_each_routes_cookies() {
         [
             r#"virtual host "shop" route 0: Envoy's own filter writes format envoy: read by stock Envoy's cookie session state, tether; not by gRPC C-core"#
         ]
+    );
+}
+
+/// 32-byte secrets, base64.
+const SEAL_NEW: &str = "bmV3LXNlYWxpbmctc2VjcmV0LTAxMjM0NTY3ODlhYmM=";
+const SEAL_OLD: &str = "b2xkLXNlYWxpbmctc2VjcmV0LTAxMjM0NTY3ODlhYmM=";
+
+/// `with_plugin()` with its Session route writing sealed cookies under the
+/// keys in `keys_file`.
+fn sealed_yaml(keys_file: &str) -> String {
+    with_plugin().replace(
+        "            format: grpc\n",
+        &format!("            format: sealed\n            keysFile: {keys_file}\n"),
+    )
+}
+
+/// Every Envoy resource's bytes, where the plugin's configuration travels.
+fn resource_bytes(resources: &tether_control::translate::Resources) -> Vec<u8> {
+    resources
+        .values()
+        .flat_map(|m| m.values())
+        .flat_map(|any| any.value.clone())
+        .collect()
+}
+
+fn holds(bytes: &[u8], text: &str) -> bool {
+    bytes.windows(text.len()).any(|w| w == text.as_bytes())
+}
+
+#[test]
+fn sealed_sessions_take_keys_from_a_file_and_rotate_on_reload() {
+    let dir = std::env::temp_dir().join(format!("tether-sealed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("cookie-keys");
+    std::fs::write(&keys, format!("# sealing keys, newest first\n{SEAL_OLD}\n")).unwrap();
+    let path = dir.join("tether.yaml");
+    std::fs::write(&path, sealed_yaml("cookie-keys")).unwrap();
+
+    let (config, _) = tether_control::watch::load(&path).unwrap();
+    let notes = config.session_notes().join("\n");
+    assert!(
+        notes.contains("the plugin writes format sealed: read by tether; not by stock Envoy's cookie session state, gRPC C-core"),
+        "{notes}"
+    );
+    let warnings = config.session_warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("proxyless clients of this route cannot read"));
+    let shown = format!("{config:?}");
+    assert!(!shown.contains(SEAL_OLD), "a key in Debug output");
+
+    let (plane, mut reloader) = Reloader::start(&path).unwrap();
+    let envoy = resource_bytes(&plane.snapshot().resources.envoy);
+    assert!(holds(&envoy, SEAL_OLD) && holds(&envoy, "\"format\":\"sealed\""));
+    assert!(!holds(
+        &resource_bytes(&plane.snapshot().resources.proxyless),
+        SEAL_OLD
+    ));
+    assert_eq!(reloader.reload(), Reload::Unchanged);
+
+    // A new key prepended, the YAML untouched: a new version with both.
+    std::fs::write(&keys, format!("{SEAL_NEW}\n{SEAL_OLD}\n")).unwrap();
+    assert_eq!(reloader.reload(), Reload::Published(2));
+    let envoy = resource_bytes(&plane.snapshot().resources.envoy);
+    let both = format!("[\"{SEAL_NEW}\",\"{SEAL_OLD}\"]");
+    assert!(holds(&envoy, &both));
+    assert_eq!(reloader.reload(), Reload::Unchanged);
+
+    // A key too short to seal: rejected naming the field and file, never
+    // the key; version 2 still served.
+    let short = "MDEyMzQ1Njc4OWFiY2RlZg==";
+    std::fs::write(&keys, format!("{SEAL_NEW}\n{short}\n")).unwrap();
+    let Reload::Rejected(e) = reloader.reload() else {
+        panic!("a short key accepted")
+    };
+    let e = e.to_string();
+    assert!(
+        e.contains("virtualhosts[0].routes[2].loadBalancerPolicy.session.keysFile: \"cookie-keys\" keys[1]: \"<not shown>\" decodes to 16 bytes; a sealing key needs at least 32"),
+        "{e}"
+    );
+    assert!(!e.contains(short) && !e.contains(SEAL_NEW), "{e}");
+    assert_eq!(plane.snapshot().version, 2);
+    // Not base64 on line 2: the line is named.
+    std::fs::write(&keys, format!("{SEAL_NEW}\nnot*base64\n")).unwrap();
+    let Reload::Rejected(e) = reloader.reload() else {
+        panic!("a bad key accepted")
+    };
+    assert!(
+        e.to_string()
+            .contains("line 2: \"<10 characters>\" is not base64"),
+        "{e}"
+    );
+    // Gone: rejected, naming the file.
+    std::fs::remove_file(&keys).unwrap();
+    let Reload::Rejected(e) = reloader.reload() else {
+        panic!("a missing key file accepted")
+    };
+    assert!(
+        e.to_string().contains("\"cookie-keys\" cannot be read"),
+        "{e}"
+    );
+    std::fs::write(&keys, format!("{SEAL_NEW}\n")).unwrap();
+    assert_eq!(reloader.reload(), Reload::Published(3));
+}
+
+#[test]
+fn sealed_needs_a_keys_file_and_the_plugin() {
+    let e =
+        err(&with_plugin().replace("            format: grpc\n", "            format: sealed\n"));
+    assert!(
+        e.starts_with("virtualhosts[0].routes[2].loadBalancerPolicy.session.keysFile: \"\" is required with format sealed"),
+        "{e}"
+    );
+    let e = err(&with_plugin().replace(
+        "            format: grpc\n",
+        "            format: grpc\n            keysFile: keys\n",
+    ));
+    assert!(
+        e.contains("is for formats envoy (signed) and sealed, not grpc"),
+        "{e}"
+    );
+    let native = BASE.replace(
+        "            idleTimeout: 600s\n",
+        "            idleTimeout: 600s\n            keysFile: keys\n",
+    );
+    assert!(err(&native).contains("keysFile: \"keys\" needs envoy.sessionFilter: plugin"));
+    // Envoys on their own filter beside the plugin: warned about too.
+    let c = Config::parse(&with_plugin_node().replace(
+        "            format: grpc\n",
+        "            format: sealed\n            keysFile: keys\n",
+    ))
+    .unwrap();
+    let w = c.session_warnings();
+    assert!(
+        w.iter()
+            .any(|w| w.contains("Envoy's own filter on the Envoys envoy.nodes does not list")),
+        "{w:?}"
     );
 }

@@ -325,6 +325,54 @@ impl Config {
     }
 }
 
+impl Config {
+    /// One warning per `Session` route whose plugin writes `sealed` cookies
+    /// that other peers of the route cannot read: Envoys running their own
+    /// filter, and proxyless clients (gRPC C-core never, `tether::Channel`
+    /// only with the same keys). A client moving between them loses its
+    /// session.
+    pub fn session_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if !self.envoy.uses_plugin() {
+            return warnings;
+        }
+        let mut native: Vec<String> = self
+            .envoy
+            .nodes
+            .iter()
+            .filter(|n| n.session_filter == Some(SessionFilter::Native))
+            .map(|n| format!("node {:?}", n.id))
+            .collect();
+        if self.envoy.session_filter == SessionFilter::Native {
+            native.insert(0, "the Envoys envoy.nodes does not list".to_owned());
+        }
+        for vh in &self.virtualhosts {
+            for (i, route) in vh.routes.iter().enumerate() {
+                let Some(session) = &route.load_balancer_policy.session else {
+                    continue;
+                };
+                if !session.format.is_some_and(|f| f.0.is_sealed()) {
+                    continue;
+                }
+                let at = format!("virtual host {:?} route {i}", vh.name);
+                if !native.is_empty() {
+                    warnings.push(format!(
+                        "{at}: the plugin writes sealed cookies, which Envoy's own filter on {} \
+                         cannot read: a session moving between them starts over",
+                        native.join(", ")
+                    ));
+                }
+                warnings.push(format!(
+                    "{at}: the plugin writes sealed cookies, which proxyless clients of this route \
+                     cannot read (gRPC C-core never, tether::Channel only with the same keys): a \
+                     session moving between Envoy and them starts over"
+                ));
+            }
+        }
+        warnings
+    }
+}
+
 /// The problem of a route asking a service's cluster for another `what`
 /// than the route at `at_other` did.
 pub(super) fn shared_cluster_conflict(

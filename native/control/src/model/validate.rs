@@ -277,6 +277,38 @@ impl Config {
                         "needs envoy.sessionFilter: plugin (Envoy's own filter writes only its own format; proxyless clients choose theirs)",
                     ));
                 }
+                let format = s.format.map(|f| f.0).unwrap_or_default();
+                match (s.keys_file.as_deref(), format) {
+                    (None, tether_core::Format::Sealed) => {
+                        return Err(ModelError::invalid(
+                            format!("{pat}.session.keysFile"),
+                            "",
+                            "is required with format sealed (a file of base64 secrets of at least 32 bytes, one a line)",
+                        ))
+                    }
+                    (Some(file), _) if !self.envoy.uses_plugin() => {
+                        return Err(ModelError::invalid(
+                            format!("{pat}.session.keysFile"),
+                            file,
+                            "needs envoy.sessionFilter: plugin (Envoy's own filter neither signs nor seals)",
+                        ))
+                    }
+                    (Some(file), tether_core::Format::Grpc | tether_core::Format::Legacy) => {
+                        return Err(ModelError::invalid(
+                            format!("{pat}.session.keysFile"),
+                            file,
+                            format!("is for formats envoy (signed) and sealed, not {format}"),
+                        ))
+                    }
+                    (Some(""), _) => {
+                        return Err(ModelError::invalid(
+                            format!("{pat}.session.keysFile"),
+                            "",
+                            "is empty",
+                        ))
+                    }
+                    _ => {}
+                }
                 let settings = s.cluster_settings();
                 // An aggregate's services get the settings too: their
                 // `<service>/session` clusters are the ones that pin.

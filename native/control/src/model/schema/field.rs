@@ -96,7 +96,10 @@ macro_rules! scalar_via_try_from {
 
 scalar_via_try_from!(DurationField, "a duration such as \"60s\"");
 scalar_via_try_from!(HealthField, "a health status such as HEALTHY");
-scalar_via_try_from!(FormatField, "a cookie format: envoy, grpc or legacy");
+scalar_via_try_from!(
+    FormatField,
+    "a cookie format: envoy, grpc, legacy or sealed"
+);
 
 impl TryFrom<String> for HealthField {
     type Error = String;

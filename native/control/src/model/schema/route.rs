@@ -302,11 +302,21 @@ pub struct SessionSpec {
     #[serde(default, rename = "idleTimeout")]
     pub idle_timeout: Option<DurationField>,
     /// The cookie format the tether plugin writes in Envoy (`envoy`,
-    /// `grpc` for C-core's, `legacy`; default `envoy`). Only when some
+    /// `grpc` for C-core's, `legacy`, `sealed` (with `keysFile`); default
+    /// `envoy`). Only when some
     /// Envoy runs the plugin (`sessionFilter: plugin`): Envoy's own filter
     /// writes only its own format, and proxyless clients choose theirs.
     #[serde(default)]
     pub format: Option<FormatField>,
+    /// A file of base64 secrets, one a line, the first signs (`envoy`) or
+    /// seals (`sealed`, which needs it), all verify or open; read at start
+    /// and on every change (rotation without a restart), never logged.
+    /// Relative to the configuration file's directory.
+    #[serde(default, rename = "keysFile")]
+    pub keys_file: Option<String>,
+    /// The secrets read from `keysFile` (filled in when the file is loaded).
+    #[serde(skip)]
+    pub keys: crate::session_keys::SessionKeys,
 }
 
 /// The cluster-level settings a `Session` route asks of a service.
