@@ -340,6 +340,7 @@ impl Stage {
                     Format::Envoy => "/",
                     Format::Grpc => "/as-grpc",
                     Format::Legacy => "/as-legacy",
+                    Format::Sealed => panic!("the matrix has no sealed cell yet"),
                 };
                 self.envoy(&self.plugin, path, None).await
             }
@@ -348,6 +349,7 @@ impl Stage {
                     Format::Grpc => &self.channel,
                     Format::Envoy => &self.channel_envoy,
                     Format::Legacy => panic!("no channel writes legacy cookies here"),
+                    Format::Sealed => panic!("the matrix has no sealed cell yet"),
                 };
                 self.call(channel, None).await
             }

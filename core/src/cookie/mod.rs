@@ -32,6 +32,7 @@ mod decode64;
 mod envoy;
 pub mod readers;
 pub mod sealed;
+mod sealing_key;
 pub mod signed;
 mod text;
 

@@ -35,69 +35,24 @@
 //! nonce ([`super::encode`]) use the all-zero one: deterministic, with that
 //! same bound.
 
-use aes_gcm_siv::aead::{AeadInOut, KeyInit};
-use aes_gcm_siv::{Aes256GcmSiv, Nonce, Tag};
+use aes_gcm_siv::aead::AeadInOut;
+use aes_gcm_siv::{Nonce, Tag};
 use alloc::string::String;
 use alloc::vec::Vec;
 use base64::Engine as _;
-use core::fmt;
-use hmac::{Hmac, Mac as _};
-use sha2::Sha256;
 
+pub use super::sealing_key::{KEY_ID_LEN, MIN_SEALING_KEY_LEN};
 use super::signed::{Key, KeyRing};
 use super::{DecodeError, Format, SessionCookie, BASE64};
 
 /// The first byte of every sealed payload (format sealed, version 1).
 pub const FORMAT_BYTE: u8 = 0x07;
-/// Bytes of the key id.
-pub const KEY_ID_LEN: usize = 4;
 /// Bytes of the nonce.
 pub const NONCE_LEN: usize = 12;
 /// Bytes of the authentication tag.
 pub const TAG_LEN: usize = 16;
 /// Bytes a sealed payload adds to the session's protobuf.
 pub const OVERHEAD: usize = 1 + KEY_ID_LEN + NONCE_LEN + TAG_LEN;
-/// Shortest secret that may seal, in bytes (AES-256 wants 256 bits).
-pub const MIN_SEALING_KEY_LEN: usize = 32;
-
-/// Labels of the two HMAC-SHA256 derivations from a secret.
-const KEY_LABEL: &[u8] = b"tether-sealed-v1 key\0";
-const ID_LABEL: &[u8] = b"tether-sealed-v1 key id\0";
-
-/// The sealing half of a [`Key`]: its id and AES-GCM-SIV cipher.
-#[derive(Clone)]
-pub(super) struct SealingKey {
-    id: [u8; KEY_ID_LEN],
-    cipher: Aes256GcmSiv,
-}
-
-impl fmt::Debug for SealingKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SealingKey(..)") // never print key material
-    }
-}
-
-impl SealingKey {
-    /// Derives the sealing key and id from the secret's HMAC state.
-    pub(super) fn derive(secret_hmac: &Hmac<Sha256>) -> SealingKey {
-        let label = |l: &[u8]| {
-            let mut h = secret_hmac.clone();
-            h.update(l);
-            h.finalize().into_bytes()
-        };
-        let mut key = [0u8; 32];
-        key.copy_from_slice(&label(KEY_LABEL));
-        let id = label(ID_LABEL);
-        SealingKey {
-            id: [id[0], id[1], id[2], id[3]],
-            cipher: Aes256GcmSiv::new(&key.into()),
-        }
-    }
-
-    pub(super) fn id(&self) -> [u8; KEY_ID_LEN] {
-        self.id
-    }
-}
 
 /// Seals `cookie` under `key` with `nonce` into a cookie value (base64).
 /// Fails only on a cluster name the `envoy` payload refuses.
@@ -116,7 +71,7 @@ pub(super) fn seal_bytes(cookie: &SessionCookie, key: &Key, nonce: &[u8; NONCE_L
     let plain = super::envoy::to_bytes(cookie, None);
     let mut out = Vec::with_capacity(OVERHEAD + plain.len());
     out.push(FORMAT_BYTE);
-    out.extend_from_slice(&sealing.id);
+    out.extend_from_slice(&sealing.id());
     out.extend_from_slice(nonce);
     out.extend_from_slice(&plain);
     let (header, rest) = out.split_at_mut(1 + KEY_ID_LEN);
@@ -158,7 +113,7 @@ pub(super) fn open(bytes: &[u8], keys: &KeyRing) -> Result<(SessionCookie, usize
     };
     for (index, key) in keys.iter().enumerate() {
         let sealing = key.sealing();
-        if sealing.id != id {
+        if sealing.id() != id {
             continue;
         }
         buf.copy_from_slice(text);
@@ -324,7 +279,7 @@ mod tests {
         let sealing = key(1).sealing().clone();
         for plain in [&b"\x0a\x0d10.0.0.1:8080\xb2\x06\x01x"[..], b"\xff\xff"] {
             let mut out = vec![FORMAT_BYTE];
-            out.extend_from_slice(&sealing.id);
+            out.extend_from_slice(&sealing.id());
             out.extend_from_slice(&NONCE);
             let mut text = plain.to_vec();
             let tag = sealing

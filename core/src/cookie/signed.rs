@@ -20,7 +20,7 @@ use core::fmt;
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 
-use super::sealed::SealingKey;
+use super::sealing_key::{SealingKey, KEY_ID_LEN, MIN_SEALING_KEY_LEN};
 use super::{SessionCookie, Signature, BASE64};
 use crate::error::{ConfigError, Problem};
 use base64::Engine as _;
@@ -41,7 +41,7 @@ impl fmt::Debug for Mac {
 }
 
 /// One secret: it signs (`envoy` format) and, when at least
-/// [`super::sealed::MIN_SEALING_KEY_LEN`] bytes long, seals (`sealed`).
+/// [`super::sealing_key::MIN_SEALING_KEY_LEN`] bytes long, seals (`sealed`).
 #[derive(Clone)]
 pub struct Key {
     hmac: Hmac<Sha256>,
@@ -71,7 +71,7 @@ impl Key {
 
     /// The id sealed values name this key by (public: derived one way
     /// from the secret).
-    pub fn sealing_id(&self) -> [u8; super::sealed::KEY_ID_LEN] {
+    pub fn sealing_id(&self) -> [u8; KEY_ID_LEN] {
         self.sealing.id()
     }
 
@@ -199,7 +199,7 @@ impl KeyRing {
     /// (`keys[1]`) and the secret's length only.
     pub fn check_sealing(&self) -> Result<(), ConfigError> {
         for (i, k) in self.keys.iter().enumerate() {
-            if k.secret_len < super::sealed::MIN_SEALING_KEY_LEN {
+            if k.secret_len < MIN_SEALING_KEY_LEN {
                 return Err(ConfigError::new(
                     &alloc::format!("keys[{i}]"),
                     "<not shown>",

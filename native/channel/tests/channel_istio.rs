@@ -400,7 +400,7 @@ async fn istiods_proxyless_resources_work_for_the_channel_and_c_core() {
     let plane = ControlPlane::new(Translated {
         envoy: resources.clone(),
         proxyless: resources,
-        envoy_nodes: BTreeMap::new(),
+        ..Translated::default()
     });
     // The agent's Unix socket for the channel, TCP for C-core (which sends
     // a socket path as :authority that HTTP/2 servers refuse).
