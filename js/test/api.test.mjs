@@ -93,7 +93,7 @@ test("bad input throws an Error naming the field and the value", () => {
   throwsWith(() => encode({ adresses: ["10.0.0.1:80"] }), "adresses: is not a known field");
   throwsWith(
     () => encode({ addresses: ["10.0.0.1:80"], format: "xml" }),
-    'format: "xml" is not one of envoy, grpc, legacy',
+    'format: "xml" is not one of envoy, grpc, legacy, sealed',
   );
   throwsWith(() => encode({ addresses: ["10.0.0.1:80"], ttl: "-5s" }), 'ttl: "-5s" is negative');
   throwsWith(() => encode({ addresses: ["10.0.0.1:80"], ttl: -5 }), 'ttl: "-5s" is negative');
@@ -257,5 +257,7 @@ test("the package ships TypeScript declarations and a small .wasm", () => {
     assert.ok(dts.includes(decl), `tether_js.d.ts declares ${decl}`);
   }
   const size = statSync(new URL("../pkg/web/tether_js_bg.wasm", import.meta.url)).size;
-  assert.ok(size <= 150 * 1024, `the .wasm is ${size} bytes (goal: at most 150 KB)`);
+  // 150 KB before the sealed format; its AES-256-GCM-SIV (software AES, no
+  // AES-NI in Wasm) adds about 18 KB.
+  assert.ok(size <= 175 * 1024, `the .wasm is ${size} bytes (goal: at most 175 KB)`);
 });
