@@ -91,12 +91,9 @@ async fn run(
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grpcio_client_reaches_backends_through_tether_control() {
-    let (a1, t1) = start_backend("echo-1").await;
-    let (a2, t2) = start_backend("echo-2").await;
-    let yaml = format!(
-        r#"virtualhosts:
+/// The route to the service `echo` behind C-core's session cookie, kept
+/// on DRAINING endpoints (A55).
+const ECHO_SESSION_ROUTE: &str = "virtualhosts:
   - name: echo.tether.test
     routes:
       - services:
@@ -104,10 +101,17 @@ async fn grpcio_client_reaches_backends_through_tether_control() {
         loadBalancerPolicy:
           strategy: Session
           session:
-            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
+            cookie: { name: grpc-session, path: /, ttl: 60s }
             overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
             idleTimeout: 300s
-services:
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_client_reaches_backends_through_tether_control() {
+    let (a1, t1) = start_backend("echo-1").await;
+    let (a2, t2) = start_backend("echo-2").await;
+    let yaml = format!(
+        r#"{ECHO_SESSION_ROUTE}services:
   - name: echo
     protocol: h2c
     endpoints:
@@ -533,17 +537,7 @@ async fn grpcio_load_reports_make_a_draining_endpoint_busy_then_idle() {
     // echo-2 drains in a locality of its own: C-core reports per locality,
     // so its figures for us/b are echo-2's alone.
     let yaml = format!(
-        r#"virtualhosts:
-  - name: echo.tether.test
-    routes:
-      - services:
-          - name: echo
-        loadBalancerPolicy:
-          strategy: Session
-          session:
-            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
-            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
-services:
+        r#"{ECHO_SESSION_ROUTE}services:
   - name: echo
     protocol: h2c
     loadReporting: {{ interval: 0.5s }}
