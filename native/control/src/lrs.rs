@@ -67,49 +67,48 @@ impl LoadReportingService for LrsService {
     }
 }
 
-/// What a client of `flavor` is asked to report under `snapshot`.
-fn ask(snapshot: &Snapshot, flavor: Flavor, node: &str) -> LoadStatsResponse {
-    let reporting = &snapshot.resources.load_reporting;
-    let mut clusters = Vec::new();
-    let mut interval: Option<Duration> = None;
-    let resources = snapshot.resources.for_node(flavor, node);
-    for (name, any) in resources.get(&ResourceKind::Cluster).into_iter().flatten() {
-        let Ok(cluster) = cpb::Cluster::decode(any.value.as_slice()) else {
-            continue;
-        };
-        let service = cluster
-            .eds_cluster_config
-            .map(|e| e.service_name)
-            .unwrap_or_default();
-        if let Some(every) = reporting.get(&service) {
-            clusters.push(name.clone());
-            interval = Some(interval.map_or(*every, |i| i.min(*every)));
-        }
-    }
-    let every = interval.unwrap_or(IDLE_INTERVAL);
-    LoadStatsResponse {
-        clusters,
-        send_all_clusters: false,
-        load_reporting_interval: Some(envoy_types::pb::google::protobuf::Duration {
-            seconds: every.as_secs() as i64,
-            nanos: every.subsec_nanos() as i32,
-        }),
-        report_endpoint_granularity: true,
-    }
+/// What one stream's client is asked under one snapshot, made once per
+/// snapshot (the clusters decoded once, not on every report).
+struct Plan {
+    /// The EDS service of each cluster the client may report, by name.
+    services: BTreeMap<String, String>,
+    /// The response asking for the reporting services' clusters.
+    answer: LoadStatsResponse,
 }
 
-/// The EDS service of each cluster the client may report, by cluster name.
-fn services(snapshot: &Snapshot, flavor: Flavor, node: &str) -> BTreeMap<String, String> {
-    let resources = snapshot.resources.for_node(flavor, node);
-    resources
-        .get(&ResourceKind::Cluster)
-        .into_iter()
-        .flatten()
-        .filter_map(|(name, any)| {
-            let cluster = cpb::Cluster::decode(any.value.as_slice()).ok()?;
-            Some((name.clone(), cluster.eds_cluster_config?.service_name))
-        })
-        .collect()
+impl Plan {
+    /// What a client of `flavor` is asked to report under `snapshot`.
+    fn new(snapshot: &Snapshot, flavor: Flavor, node: &str) -> Plan {
+        let reporting = &snapshot.resources.load_reporting;
+        let mut services = BTreeMap::new();
+        let mut clusters = Vec::new();
+        let mut interval: Option<Duration> = None;
+        let resources = snapshot.resources.for_node(flavor, node);
+        for (name, any) in resources.get(&ResourceKind::Cluster).into_iter().flatten() {
+            let Ok(cluster) = cpb::Cluster::decode(any.value.as_slice()) else {
+                continue;
+            };
+            let Some(service) = cluster.eds_cluster_config.map(|e| e.service_name) else {
+                continue;
+            };
+            if let Some(every) = reporting.get(&service) {
+                clusters.push(name.clone());
+                interval = Some(interval.map_or(*every, |i| i.min(*every)));
+            }
+            services.insert(name.clone(), service);
+        }
+        let every = interval.unwrap_or(IDLE_INTERVAL);
+        let answer = LoadStatsResponse {
+            clusters,
+            send_all_clusters: false,
+            load_reporting_interval: Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: every.as_secs() as i64,
+                nanos: every.subsec_nanos() as i32,
+            }),
+            report_endpoint_granularity: true,
+        };
+        Plan { services, answer }
+    }
 }
 
 async fn run(
@@ -120,6 +119,8 @@ async fn run(
     let stream = plane.next_stream_id();
     let mut snapshots = plane.subscribe();
     let mut node = None::<(String, Flavor)>;
+    // The plan for the latest snapshot, and the response last sent.
+    let mut plan: Option<Plan> = None;
     let mut asked: Option<LoadStatsResponse> = None;
     loop {
         tokio::select! {
@@ -132,15 +133,10 @@ async fn run(
                         node = Some((n.id, flavor));
                     }
                     let Some((id, flavor)) = &node else { continue };
-                    let snapshot = snapshots.borrow_and_update().clone();
-                    record(&plane, stream, id, &services(&snapshot, *flavor, id), &request);
-                    let answer = ask(&snapshot, *flavor, id);
-                    if asked.as_ref() != Some(&answer) {
-                        if tx.send(Ok(answer.clone())).await.is_err() {
-                            break;
-                        }
-                        asked = Some(answer);
-                    }
+                    let current = plan.get_or_insert_with(|| {
+                        Plan::new(&snapshots.borrow_and_update(), *flavor, id)
+                    });
+                    record(&plane, stream, id, &current.services, &request);
                 }
                 Ok(None) | Err(_) => break,
             },
@@ -149,13 +145,15 @@ async fn run(
                     break;
                 }
                 let Some((id, flavor)) = &node else { continue };
-                let answer = ask(&snapshots.borrow_and_update(), *flavor, id);
-                if asked.as_ref() != Some(&answer) {
-                    if tx.send(Ok(answer.clone())).await.is_err() {
-                        break;
-                    }
-                    asked = Some(answer);
+                plan = Some(Plan::new(&snapshots.borrow_and_update(), *flavor, id));
+            }
+        }
+        if let Some(current) = &plan {
+            if asked.as_ref() != Some(&current.answer) {
+                if tx.send(Ok(current.answer.clone())).await.is_err() {
+                    break;
                 }
+                asked = Some(current.answer.clone());
             }
         }
     }

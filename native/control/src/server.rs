@@ -131,7 +131,7 @@ impl ControlPlane {
     /// when the resources are the same).
     pub fn publish(&self, resources: Translated) -> u64 {
         let mut version = 0;
-        self.tx.send_if_modified(|cur| {
+        let changed = self.tx.send_if_modified(|cur| {
             if cur.resources == resources {
                 version = cur.version;
                 return false;
@@ -140,7 +140,10 @@ impl ControlPlane {
             *cur = Arc::new(Snapshot { version, resources });
             true
         });
-        self.track_draining();
+        // The same resources drain the same endpoints.
+        if changed {
+            self.track_draining();
+        }
         version
     }
 
