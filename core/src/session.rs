@@ -301,9 +301,14 @@ impl Session {
                     && served
                         .cluster
                         .is_some_and(|s| c.cluster.as_deref() != Some(s) && writable(&s));
+                // Verified by a key that no longer writes: re-issued under
+                // the writing one, so the old key can be withdrawn without
+                // losing the session.
+                let rotated = matches!(pin.signature, Signature::Valid { key } if key > 0);
                 let upgrade = (pin.signature == Signature::Unsigned
                     && !self.config.keys.is_empty())
-                    || (format.is_sealed() && !pin.format.is_sealed());
+                    || (format.is_sealed() && !pin.format.is_sealed())
+                    || rotated;
                 // A cookie stock Envoys in the fleet would not read is
                 // re-issued in a form they read (`grpc` is never theirs).
                 let respell = pin.envoy_misreads
@@ -448,5 +453,74 @@ mod tests {
         }
         // Both answers occur, so the comparison above means something.
         assert!(answered > 0 && answered < 2 * lookups.len() * 3 * 5 * 2 * 2);
+    }
+
+    /// Key rotation: a cookie an older key verifies is still read (the
+    /// session stays) and re-issued under the writing key, for signed and
+    /// sealed cookies alike; once re-issued, nothing more is sent.
+    #[test]
+    fn a_cookie_of_an_older_key_is_read_and_reissued_under_the_writing_one() {
+        let old = Key::from_secret(&[1; 32]).unwrap();
+        let new = Key::from_secret(&[2; 32]).unwrap();
+        let a = addr("10.0.0.1:80");
+        for format in [Format::Envoy, Format::Sealed] {
+            let spec = CookieSpec::new("s", "/", Duration::from_secs(60), vec![]).unwrap();
+            let session = |keys: Vec<Key>| {
+                let mut config = SessionConfig::cookie(spec.clone());
+                config.format = format;
+                config.keys = KeyRing::new(keys);
+                Session::new(config).unwrap()
+            };
+            let before = session(vec![old.clone()]);
+            let during = session(vec![new.clone(), old.clone()]);
+            let after = session(vec![new.clone()]);
+            let served = Served {
+                address: Some(a),
+                other_addresses: &[],
+                cluster: None,
+                connect_failed: false,
+            };
+            let value = |s: &Session, lookup: &Lookup| match s.respond(lookup, &served, NOW) {
+                Some(Emit::SetCookie(c)) => {
+                    let v = c.split(';').next().unwrap();
+                    alloc::string::String::from(&v[v.find('=').unwrap() + 1..])
+                }
+                other => panic!("{format:?}: expected a cookie, got {other:?}"),
+            };
+            let request = |s: &Session, v: &str| {
+                let cookie = alloc::format!("s={v}");
+                s.lookup(
+                    &SessionRequest {
+                        path: "/",
+                        cookies: &[cookie.as_str()],
+                        header: None,
+                    },
+                    NOW,
+                )
+            };
+            let first = value(&before, &Lookup::Miss(Miss::Absent));
+            // The old key's cookie still pins during the overlap ...
+            let pinned = request(&during, &first);
+            assert_eq!(
+                pinned.addresses().map(|l| l.primary()),
+                Some(a),
+                "{format:?}"
+            );
+            // ... and is re-issued under the new key, which the ring
+            // without the old key reads.
+            let second = value(&during, &pinned);
+            let again = request(&after, &second);
+            assert_eq!(
+                again.addresses().map(|l| l.primary()),
+                Some(a),
+                "{format:?}"
+            );
+            assert!(!during.wants_cookie(&request(&during, &second), &served));
+            // Without the overlap the old cookie is no cookie.
+            assert!(
+                matches!(request(&after, &first), Lookup::Miss(_)),
+                "{format:?}"
+            );
+        }
     }
 }

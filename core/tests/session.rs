@@ -461,10 +461,15 @@ fn sealed_rotation_old_key_reads_new_key_writes() {
     assert!(
         matches!(&l, Lookup::Pinned(p) if p.signature == tether_core::Signature::Valid { key: 1 })
     );
-    // Still pinned where it is: left alone until it moves.
-    assert_eq!(after.respond(&l, &served("10.0.0.1:80"), NOW), None);
-    let moved = value_of(after.respond(&l, &served("10.0.0.2:80"), NOW));
+    // Still pinned where it is, and re-sealed under the writing key, so
+    // the session outlives the old key's withdrawal.
+    let resealed = value_of(after.respond(&l, &served("10.0.0.1:80"), NOW));
     let new_only = sealed_session(&[NEW_KEY], false);
+    assert!(matches!(
+        lookup(&new_only, "/", &[&format!("s={resealed}")]),
+        Lookup::Pinned(p) if p.cookie.addresses.primary() == addr("10.0.0.1:80")
+    ));
+    let moved = value_of(after.respond(&l, &served("10.0.0.2:80"), NOW));
     assert!(matches!(
         lookup(&new_only, "/", &[&format!("s={moved}")]),
         Lookup::Pinned(_)

@@ -13,6 +13,7 @@ use alloc::vec::Vec;
 use serde_json::{Map, Value};
 use tether_core::address::{self, AddressError};
 use tether_core::config::{ConfigError, Problem};
+use tether_core::cookie::sealed::NONCE_LEN;
 use tether_core::cookie::{DecodeError, EncodeError, KeyRing};
 use wasm_bindgen::prelude::*;
 
@@ -26,6 +27,10 @@ extern "C" {
 
     #[wasm_bindgen(js_namespace = Date, js_name = now)]
     fn date_now() -> f64;
+
+    // The Web Crypto API's CSPRNG (browsers, Node 19+, Deno, workers).
+    #[wasm_bindgen(js_namespace = crypto, js_name = getRandomValues, catch)]
+    fn get_random_values(bytes: &mut [u8]) -> core::result::Result<JsValue, JsValue>;
 
     /// A JavaScript `Error`, so thrown errors have a stack and `instanceof Error`.
     #[wasm_bindgen(js_name = Error)]
@@ -297,6 +302,38 @@ pub fn opt_epoch(m: &Map<String, Value>, key: &str) -> Result<Option<u64>> {
 pub fn now(m: &Map<String, Value>) -> Result<u64> {
     // `as` saturates: a clock before 1970 reads as 0.
     Ok(opt_epoch(m, "now")?.unwrap_or_else(|| (date_now() / 1000.0) as u64))
+}
+
+/// A sealed value's nonce: the optional `nonce` field (24 hex digits, for
+/// reproducible values), else random bytes from `crypto.getRandomValues`.
+pub fn nonce(m: &Map<String, Value>) -> Result<[u8; NONCE_LEN]> {
+    let mut nonce = [0; NONCE_LEN];
+    let Some(text) = opt_string(m, "nonce")? else {
+        random(&mut nonce)?;
+        return Ok(nonce);
+    };
+    let wrong = || ConfigError::new("nonce", text, Problem::WrongType("24 hex digits"));
+    if text.len() != 2 * NONCE_LEN || !text.is_ascii() {
+        return Err(wrong().into());
+    }
+    for (byte, pair) in nonce.iter_mut().zip(text.as_bytes().chunks(2)) {
+        let pair = core::str::from_utf8(pair).map_err(|_| wrong())?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|_| wrong())?;
+    }
+    Ok(nonce)
+}
+
+/// Random bytes from `crypto.getRandomValues`; an error where the host
+/// has no Web Crypto (a sealed value is never written with a fixed nonce
+/// behind the caller's back).
+pub fn random(bytes: &mut [u8]) -> Result<()> {
+    get_random_values(bytes).map(|_| ()).map_err(|_| {
+        Thrown::from(ConfigError::new(
+            "nonce",
+            "crypto.getRandomValues",
+            Problem::WrongType("available (a sealed value needs random bytes)"),
+        ))
+    })
 }
 
 /// The key ring from an optional `keys` list of base64 secrets.

@@ -98,10 +98,12 @@ export interface EncodeInput {
   expires?: number | null;
   /** Default "envoy". */
   format?: Format;
-  /** Base64 secrets; the first signs (format "envoy" only). */
+  /** Base64 secrets; the first signs ("envoy") or seals ("sealed", 32 bytes or more). */
   keys?: string[];
   /** Epoch seconds `ttl` counts from (default: the clock). */
   now?: number;
+  /** A "sealed" value's nonce, 24 hex digits, for reproducible values (default: random bytes from `crypto.getRandomValues`). */
+  nonce?: string;
 }
 
 /** A cookie's `Set-Cookie` settings, as in Envoy's `CookieBasedSessionState`. */
@@ -256,6 +258,7 @@ fn encode_value(input: &JsValue) -> Result<String> {
         "format",
         "keys",
         "now",
+        "nonce",
     ];
     let m = convert::object(convert::from_js(input, "input")?, "", &known)?;
     let list = convert::opt_strings(&m, "addresses")?.unwrap_or_default();
@@ -281,7 +284,12 @@ fn encode_value(input: &JsValue) -> Result<String> {
         cluster: convert::opt_string(&m, "cluster")?.map(String::from),
         expires,
     };
-    cookie::encode(&cookie, format, ring.signer()).map_err(Thrown::Encode)
+    match ring.signer() {
+        Some(key) if format.is_sealed() => {
+            cookie::sealed::seal(&cookie, key, &convert::nonce(&m)?).map_err(Thrown::Encode)
+        }
+        _ => cookie::encode(&cookie, format, ring.signer()).map_err(Thrown::Encode),
+    }
 }
 
 /// `ttl` as seconds (a number) or a protobuf duration string.
@@ -573,7 +581,13 @@ impl JsSession {
             cluster: convert::opt_string(&m, "cluster")?,
             connect_failed: convert::opt_bool(&m, "connectFailed")?.unwrap_or(false),
         };
-        Ok(emit_json(self.inner.respond(lookup, &served, now)))
+        let mut nonce = [0; cookie::sealed::NONCE_LEN];
+        if self.inner.config().format.is_sealed() && self.inner.wants_cookie(lookup, &served) {
+            convert::random(&mut nonce)?;
+        }
+        Ok(emit_json(
+            self.inner.respond_with(lookup, &served, now, &nonce),
+        ))
     }
 
     fn lookup_json(&self, req: &SessionRequest<'_>, now: u64) -> Result<JsValue> {

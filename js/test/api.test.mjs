@@ -216,6 +216,39 @@ test("Session.respond sets a cookie only when the session moves", () => {
   throwsWith(() => s.lookup(request, NaN), "now: NaN is not epoch seconds");
 });
 
+test("sealed values take random nonces; a Session seals, opens and re-seals on rotation", () => {
+  const k1 = Buffer.alloc(32, 1).toString("base64");
+  const k2 = Buffer.alloc(32, 2).toString("base64");
+  const cookie = { addresses: ["10.0.0.1:80"], cluster: "a", ttl: 120, now: NOW, format: "sealed" };
+  const a = encode({ ...cookie, keys: [k1] });
+  const b = encode({ ...cookie, keys: [k1] });
+  assert.notEqual(a, b);
+  for (const v of [a, b]) assert.deepEqual(decode(v, { keys: [k1], now: NOW }).addresses, ["10.0.0.1:80"]);
+  // A fixed nonce gives a fixed value.
+  const fixed = { ...cookie, keys: [k1], nonce: "000102030405060708090a0b" };
+  assert.equal(encode(fixed), encode(fixed));
+  throwsWith(() => encode({ ...fixed, nonce: "00" }), 'nonce: 00 is not 24 hex digits');
+  throwsWith(() => encode({ ...fixed, nonce: "zz0102030405060708090a0b" }), 'nonce: zz0102030405060708090a0b is not 24 hex digits');
+
+  const config = (keys) => ({ cookie: { name: "s", path: "/", ttl: "120s" }, format: "sealed", keys });
+  const before = new Session(config([k1]));
+  const first = before.mint({ address: "10.0.0.1:80", cluster: "a" }, NOW);
+  const again = before.mint({ address: "10.0.0.1:80", cluster: "a" }, NOW);
+  assert.notEqual(first.value, again.value);
+  const value = parseSetCookie(first.value).value;
+  assert.equal(decode(value, { keys: [k1], now: NOW }).format, "sealed");
+
+  // Rotation: the old key still pins, and the cookie is re-sealed under the new one.
+  const during = new Session(config([k2, k1]));
+  const back = { path: "/", cookies: [`s=${value}`] };
+  assert.equal(during.lookup(back, NOW).overrideHost, "10.0.0.1:80");
+  const resealed = during.respond(back, { address: "10.0.0.1:80", cluster: "a" }, NOW);
+  const next = parseSetCookie(resealed.value).value;
+  const after = new Session(config([k2]));
+  assert.equal(after.lookup({ path: "/", cookies: [`s=${next}`] }, NOW).overrideHost, "10.0.0.1:80");
+  assert.equal(after.lookup(back, NOW).reason, "invalid");
+});
+
 test("gRPC-format sessions render C-core's Set-Cookie", () => {
   const s = new Session({ cookie: { name: "grpc-session", path: "/", ttl: "60s" }, format: "grpc" });
   const emit = s.mint({ address: "127.0.0.1:41271", cluster: "cluster-ssa" }, NOW);

@@ -70,6 +70,7 @@ pub use call::{Attempts, PickedPeer};
 pub use config::{ChannelConfig, StaticConfig, StaticConfigError, StaticEndpoint};
 pub use target::{DnsName, Target, TargetProblem};
 use tether_core::http::set_cookie::CookieSpec;
+use tether_core::KeyRing;
 use work_serializer::{Control, Shared, WorkSerializer};
 
 /// Marks a call `wait_for_ready` (or not), overriding the channel's
@@ -258,6 +259,8 @@ pub(crate) struct Inner {
     /// The `user-agent` every call carries, when set.
     user_agent: Option<http::HeaderValue>,
     wait_for_ready: bool,
+    /// The session cookie format written, which rotated keys must suit.
+    session_format: tether_core::cookie::Format,
     shared: Arc<Shared>,
     control: mpsc::UnboundedSender<Control>,
     tasks: Vec<AbortHandle>,
@@ -754,6 +757,11 @@ impl ChannelBuilder {
                     reason: format!("{e}"),
                 },
             })?;
+        self.session.check().map_err(|e| ChannelError::Option {
+            option: "session_options",
+            value: format!("format {}", self.session.format.as_str()),
+            problem: e.to_string(),
+        })?;
         let user_agent = match &self.user_agent {
             None => None,
             Some(ua) => Some(
@@ -824,6 +832,7 @@ impl ChannelBuilder {
             default_timeout: self.default_timeout,
             user_agent,
             wait_for_ready: self.wait_for_ready,
+            session_format: self.session.format,
             shared,
             control: control_tx,
             tasks: vec![task.abort_handle()],
@@ -895,6 +904,25 @@ impl Channel {
                 return;
             }
         }
+    }
+
+    /// Rotates the keys session cookies are signed or sealed with, without
+    /// a restart: the first key writes, every key reads. A cookie an older
+    /// key of the ring reads keeps its session and is re-issued under the
+    /// first, so withdrawing that key later loses no session that made a
+    /// call in between. Calls started after the channel applies the ring
+    /// use it; an error names what is wrong (a `sealed` ring needs keys of
+    /// at least 32 bytes) and changes nothing.
+    pub fn set_session_keys(&self, keys: KeyRing) -> Result<(), ChannelError> {
+        let mut options = SessionOptions::new(self.inner.session_format);
+        options.keys = keys;
+        options.check().map_err(|e| ChannelError::Option {
+            option: "set_session_keys",
+            value: format!("{} keys", options.keys.len()),
+            problem: e.to_string(),
+        })?;
+        let _ = self.inner.control.send(Control::SessionKeys(options.keys));
+        Ok(())
     }
 
     /// A snapshot of the LB tree: clusters, priorities, localities and

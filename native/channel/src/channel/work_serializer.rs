@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -19,6 +20,8 @@ use crate::lb::{cds, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, SharedPi
 use crate::session::notes::CookieNotes;
 use crate::session::SessionOptions;
 use crate::subchannel::SubchannelPool;
+use crate::xds::resource::listener::HttpFilter;
+use crate::xds::resource::route::VirtualHost;
 
 /// Events the LB task handles before it publishes; a control message
 /// (a new config) waits at most this many.
@@ -71,6 +74,8 @@ pub(crate) enum Control {
     ClusterUnused(Arc<str>),
     /// Report the tree.
     Stats(oneshot::Sender<ChannelStats>),
+    /// Session cookies' keys rotated ([`crate::Channel::set_session_keys`]).
+    SessionKeys(tether_core::KeyRing),
 }
 
 pub(crate) struct WorkSerializer {
@@ -87,7 +92,18 @@ pub(crate) struct WorkSerializer {
     /// The last config of every cluster still in use.
     clusters: BTreeMap<Arc<str>, cds::Config>,
     live: HashMap<Arc<str>, Weak<ClusterRef>>,
+    /// What the route table was last made from, made again when the
+    /// session keys rotate.
+    routes: Option<RouteInputs>,
     last_state: Option<ConnectivityState>,
+}
+
+/// The parts of a resolver result the route table is made from.
+struct RouteInputs {
+    virtual_host: VirtualHost,
+    max_stream_duration: Option<Duration>,
+    handles: HashMap<String, Arc<ClusterRef>>,
+    http_filters: Vec<HttpFilter>,
 }
 
 impl WorkSerializer {
@@ -116,6 +132,7 @@ impl WorkSerializer {
             routing: Routing::Waiting,
             clusters: BTreeMap::new(),
             live: HashMap::new(),
+            routes: None,
             last_state: None,
         }
     }
@@ -166,6 +183,18 @@ impl WorkSerializer {
     fn control(&mut self, c: Control) {
         match c {
             Control::Resolved(Ok(config)) => self.apply(*config),
+            Control::SessionKeys(keys) => {
+                log::info!(
+                    "{}: session keys rotated ({} keys)",
+                    self.target,
+                    keys.len()
+                );
+                self.session_options.keys = keys;
+                if matches!(self.routing, Routing::Ready(_)) {
+                    self.route();
+                    self.publish();
+                }
+            }
             Control::Resolved(Err(message)) => {
                 log::warn!("{}: resolution failed: {message}", self.target);
                 self.routing = Routing::Failed(Status::unavailable(message));
@@ -225,11 +254,27 @@ impl WorkSerializer {
         });
         self.live.retain(|_, w| w.strong_count() > 0);
         self.update_root();
-        self.routing = match ConfigSelector::new(
-            config.virtual_host,
-            config.max_stream_duration,
+        self.routes = Some(RouteInputs {
+            virtual_host: config.virtual_host,
+            max_stream_duration: config.max_stream_duration,
             handles,
-            &config.http_filters,
+            http_filters: config.http_filters,
+        });
+        self.route();
+        self.publish();
+    }
+
+    /// The route table from the last resolver result and the session
+    /// options.
+    fn route(&mut self) {
+        let Some(r) = &self.routes else {
+            return;
+        };
+        self.routing = match ConfigSelector::new(
+            r.virtual_host.clone(),
+            r.max_stream_duration,
+            r.handles.clone(),
+            &r.http_filters,
             &self.session_options,
         ) {
             Ok(selector) => Routing::Ready(Arc::new(
@@ -240,7 +285,6 @@ impl WorkSerializer {
                 Routing::Failed(Status::unavailable(message))
             }
         };
-        self.publish();
     }
 
     fn update_root(&mut self) {

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue};
+use tether_core::cookie::sealed::NONCE_LEN;
 use tether_core::cookie::Format;
 use tether_core::session::{Emit, Lookup, Served, Session};
 use tether_core::{KeyRing, SessionConfig};
@@ -32,7 +33,9 @@ pub struct SessionOptions {
     /// clients of the same control plane read it), or Envoy's (stock Envoy's
     /// stateful session filter reads it), or legacy.
     pub format: Format,
-    /// Signing keys (Envoy format only): the first signs, all verify.
+    /// Keys (the `envoy` format's MAC, the `sealed` format's AEAD): the
+    /// first signs or seals, all verify or open. Rotated on a live channel
+    /// with [`crate::Channel::set_session_keys`].
     pub keys: KeyRing,
     /// With keys, still honour unsigned cookies (and upgrade them).
     pub accept_unsigned: bool,
@@ -45,6 +48,17 @@ impl SessionOptions {
             format,
             ..SessionOptions::default()
         }
+    }
+}
+
+impl SessionOptions {
+    /// Whether the format and keys go together (a `sealed` format needs
+    /// keys of at least 32 bytes; only formats with a MAC take keys).
+    pub(crate) fn check(&self) -> Result<(), tether_core::ConfigError> {
+        let mut config = SessionConfig::header("x")?;
+        config.format = self.format;
+        config.keys = self.keys.clone();
+        config.validate()
     }
 }
 
@@ -272,12 +286,32 @@ fn set_cookie(s: &SessionCall, headers: &mut HeaderMap, answered: &Answered<'_>)
     if !s.session.wants_cookie(s.lookup(), &served) {
         return;
     }
-    if let Some(Emit::SetCookie(value)) = s.session.respond(s.lookup(), &served, epoch_seconds()) {
+    // A sealed value's nonce is random; other formats ignore it.
+    let mut nonce = [0; NONCE_LEN];
+    if s.session.config().format.is_sealed() {
+        fill_random(&mut nonce);
+    }
+    let emit = s
+        .session
+        .respond_with(s.lookup(), &served, epoch_seconds(), &nonce);
+    if let Some(Emit::SetCookie(value)) = emit {
         match HeaderValue::from_str(&value) {
             Ok(v) => {
                 headers.append(http::header::SET_COOKIE, v);
             }
             Err(e) => log::warn!("session cookie {value:?} is not a header value: {e}"),
         }
+    }
+}
+
+/// Random bytes from the TLS provider's source (ring's, the system's
+/// CSPRNG). Should it fail, the nonce stays all-zero: AES-GCM-SIV then
+/// only shows that two values sealed the same session.
+fn fill_random(bytes: &mut [u8]) {
+    static SOURCE: std::sync::OnceLock<&'static dyn rustls::crypto::SecureRandom> =
+        std::sync::OnceLock::new();
+    let source = SOURCE.get_or_init(|| rustls::crypto::ring::default_provider().secure_random);
+    if source.fill(bytes).is_err() {
+        log::warn!("no random bytes for a sealed cookie's nonce: the all-zero nonce is used");
     }
 }
