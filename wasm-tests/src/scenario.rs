@@ -410,6 +410,10 @@ pub fn session_cookies(headers: &[(String, String)]) -> Vec<Minted> {
                     .map(|(n, v)| (n.to_string(), v.to_string()))
                     .collect(),
                 decoded: cookie::decode(got.value, &KeyRing::empty())
+                    .or_else(|e| match e {
+                        cookie::DecodeError::Sealed => cookie::decode(got.value, &sealing_keys()),
+                        e => Err(e),
+                    })
                     .unwrap_or_else(|e| panic!("undecodable Set-Cookie {v:?}: {e}")),
             })
         })
@@ -433,6 +437,14 @@ pub fn now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// The sealing secret the tests' sealed cookies use (32 bytes, base64).
+pub const SEALING_SECRET: &str = "WlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlpaWlo=";
+
+/// The ring of [`SEALING_SECRET`], which opens the tests' sealed cookies.
+pub fn sealing_keys() -> KeyRing {
+    KeyRing::from_base64([SEALING_SECRET]).expect("the tests' sealing secret")
 }
 
 /// An `envoy`-format value pinning `addr`, expiring at `expires`.

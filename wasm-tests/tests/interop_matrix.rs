@@ -33,7 +33,7 @@
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -46,7 +46,8 @@ use tether_testkit::grpc::{DualBackend, EchoClient, EchoRequest};
 use tether_testkit::grpcio;
 use tether_wasm_tests::control::Control;
 use tether_wasm_tests::scenario::{
-    backend_on_loopback, minted, plugin_path, session_cookies, start_envoy, Minted,
+    backend_on_loopback, minted, plugin_path, sealing_keys, session_cookies, start_envoy, Minted,
+    SEALING_SECRET,
 };
 use tokio::runtime::Runtime;
 use tokio::sync::OnceCell;
@@ -66,7 +67,7 @@ const IGNORED_CALLS: usize = 9;
 /// `matrix-envoy-plugin` the plugin; `/as-grpc` and `/as-legacy` are
 /// routes whose plugin writes that format (the default route writes
 /// `envoy`). Proxyless clients take the default route.
-fn config(native_port: u16, plugin_port: u16, backends: &[SocketAddr]) -> String {
+fn config(native_port: u16, plugin_port: u16, backends: &[SocketAddr], keys_file: &Path) -> String {
     let endpoints = tether_wasm_tests::control::endpoints_yaml(backends);
     let session = |format: &str| {
         format!(
@@ -92,7 +93,9 @@ virtualhosts:
         services: [{{ name: shop }}]
 {as_grpc}      - conditions: [{{ prefix: /as-legacy }}]
         services: [{{ name: shop }}]
-{as_legacy}      - services: [{{ name: shop }}]
+{as_legacy}      - conditions: [{{ prefix: /as-sealed }}]
+        services: [{{ name: shop }}]
+{as_sealed}      - services: [{{ name: shop }}]
 {default}services:
   - name: shop
     endpoints:
@@ -100,6 +103,10 @@ virtualhosts:
         plugin = plugin_path(),
         as_grpc = session("            format: grpc\n"),
         as_legacy = session("            format: legacy\n"),
+        as_sealed = session(&format!(
+            "            format: sealed\n            keysFile: {}\n",
+            keys_file.display()
+        )),
         default = session(""),
     )
 }
@@ -114,6 +121,8 @@ struct Stage {
     channel: Channel,
     /// `tether::Channel` writing Envoy's format.
     channel_envoy: Channel,
+    /// `tether::Channel` sealing with the `/as-sealed` route's keys.
+    channel_sealed: Channel,
     grpcio: grpcio::Client,
     _dir: TempDir,
 }
@@ -183,7 +192,11 @@ async fn start() -> Stage {
     }
     let addrs: Vec<SocketAddr> = backends.iter().map(DualBackend::addr).collect();
     let (native_port, plugin_port) = (tether_testkit::free_port(), tether_testkit::free_port());
-    let control = Control::start(&config(native_port, plugin_port, &addrs))
+    // The `/as-sealed` route's keys, which the sealing channel holds too.
+    let keys_file = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("matrix-keys-{}", std::process::id()));
+    std::fs::write(&keys_file, format!("{SEALING_SECRET}\n")).expect("the keys file");
+    let control = Control::start(&config(native_port, plugin_port, &addrs, &keys_file))
         .await
         .unwrap_or_else(|e| panic!("tether-control refused the matrix's file: {e}"));
     let native = start_envoy(&control.envoy_bootstrap("matrix-envoy-native")).await;
@@ -207,10 +220,14 @@ async fn start() -> Stage {
     let channel = |format: Format| {
         let bootstrap = Bootstrap::from_json(&control.grpc_bootstrap("matrix-channel"))
             .expect("the channel's bootstrap");
+        let mut options = SessionOptions::new(format);
+        if format == Format::Sealed {
+            options.keys = sealing_keys();
+        }
         Channel::builder()
             .bootstrap(bootstrap)
             .wait_for_ready(true)
-            .session_options(SessionOptions::new(format))
+            .session_options(options)
             .connect(TARGET)
             .expect("tether::Channel")
     };
@@ -231,6 +248,7 @@ async fn start() -> Stage {
     Stage {
         channel: channel(Format::Grpc),
         channel_envoy: channel(Format::Envoy),
+        channel_sealed: channel(Format::Sealed),
         backends,
         control,
         native,
@@ -340,7 +358,7 @@ impl Stage {
                     Format::Envoy => "/",
                     Format::Grpc => "/as-grpc",
                     Format::Legacy => "/as-legacy",
-                    Format::Sealed => panic!("the matrix has no sealed cell yet"),
+                    Format::Sealed => "/as-sealed",
                 };
                 self.envoy(&self.plugin, path, None).await
             }
@@ -349,7 +367,7 @@ impl Stage {
                     Format::Grpc => &self.channel,
                     Format::Envoy => &self.channel_envoy,
                     Format::Legacy => panic!("no channel writes legacy cookies here"),
-                    Format::Sealed => panic!("the matrix has no sealed cell yet"),
+                    Format::Sealed => &self.channel_sealed,
                 };
                 self.call(channel, None).await
             }
@@ -389,7 +407,9 @@ impl Stage {
             let reply = match reader {
                 Reader::Native => self.envoy(&self.native, "/", Some(&sent)).await,
                 Reader::Plugin => self.envoy(&self.plugin, "/", Some(&sent)).await,
+                Reader::PluginSealed => self.envoy(&self.plugin, "/as-sealed", Some(&sent)).await,
                 Reader::Channel => self.call(&self.channel, Some(&sent)).await,
+                Reader::ChannelSealed => self.call(&self.channel_sealed, Some(&sent)).await,
                 Reader::CCore => unreachable!(),
             };
             if let (true, Some(m)) = (keeps, reply.set.last()) {
@@ -491,7 +511,11 @@ enum Minter {
 enum Reader {
     Native,
     Plugin,
+    /// The plugin on the `/as-sealed` route, which holds the keys.
+    PluginSealed,
     Channel,
+    /// The channel given the same keys.
+    ChannelSealed,
     CCore,
 }
 
@@ -501,6 +525,7 @@ impl Reader {
         match self {
             Reader::Native | Reader::Plugin => Format::Envoy,
             Reader::Channel | Reader::CCore => Format::Grpc,
+            Reader::PluginSealed | Reader::ChannelSealed => Format::Sealed,
         }
     }
 }
@@ -722,6 +747,44 @@ fn tether_channel_cookie_honoured_by_grpcio() {
             .expect("C-core reached the channel's backend within 12 calls");
         assert_eq!(same_backend.set.len(), 1, "{same_backend:?}");
         assert_eq!(same_backend.set[0].header, session.cookie.header);
+    });
+}
+
+// Sealed (`format: sealed`): read by tether holding the keys, no session
+// anywhere else.
+
+/// Sealed cookies, whether the plugin or the channel sealed them, pin at
+/// the plugin and the channel holding the same keys.
+#[test]
+fn tether_sealed_cookies_honoured_by_tether_plugin_and_tether_channel_with_the_keys() {
+    run(async {
+        let s = stage().await;
+        for minter in [Minter::Plugin, Minter::Channel] {
+            let session = s.mint(minter, Format::Sealed).await;
+            s.honours(Reader::PluginSealed, &session, false).await;
+            s.honours(Reader::ChannelSealed, &session, false).await;
+        }
+    });
+}
+
+/// Fail closed: stock Envoy, C-core, and the plugin and the channel
+/// without the keys see no session in a sealed cookie (each balances and
+/// sets its own), whoever sealed it.
+#[test]
+fn sealed_cookies_are_no_session_to_every_reader_without_the_keys() {
+    run(async {
+        let s = stage().await;
+        for minter in [Minter::Plugin, Minter::Channel] {
+            let session = s.mint(minter, Format::Sealed).await;
+            for reader in [
+                Reader::Native,
+                Reader::CCore,
+                Reader::Plugin,
+                Reader::Channel,
+            ] {
+                s.ignores(reader, &session).await;
+            }
+        }
     });
 }
 
