@@ -63,6 +63,9 @@ scripts/fuzz.sh "${FUZZ_SECONDS:-15}"
 step "Docker: a FROM-scratch image runs the static tether binary"
 scripts/scratch-image.sh
 
+step "the plugin as an OCI image (Istio WasmPlugin / Envoy Gateway layout), read back and checked"
+scripts/plugin-image.sh
+
 step "Docker Compose: the demo's story across containers (envoy-configs/docker-compose.yml)"
 scripts/compose-test.sh
 
