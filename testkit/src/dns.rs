@@ -69,10 +69,13 @@ impl DnsServer {
             queries: Arc::new(watch::channel(0).0),
         };
         for _ in 0..100 {
-            let udp = tokio::net::UdpSocket::bind("127.0.0.1:0")
-                .await
-                .expect("bind a UDP socket on 127.0.0.1");
-            let addr = udp.local_addr().expect("the UDP socket's address");
+            // A port outside the ephemeral range: while the server is
+            // stopped, the kernel could otherwise hand its port to a
+            // resolver's query socket, and `resume` could not bind it.
+            let addr = SocketAddr::from(([127, 0, 0, 1], crate::free_port()));
+            let Ok(udp) = tokio::net::UdpSocket::bind(addr).await else {
+                continue;
+            };
             // The same port for TCP, if free.
             let Ok(tcp) = tokio::net::TcpListener::bind(addr).await else {
                 continue;

@@ -8,7 +8,8 @@
 //! server changes nothing; only the changed ClusterLoadAssignment is
 //! pushed; a name that never resolved is refused with its field. A real
 //! Envoy keeps a pinned session on an address that left DNS while it
-//! drains.
+//! drains; with Envoy, `tether::Channel` and gRPC C-core on one name, each
+//! keeps its session through a DNS outage and the drain, and moves once.
 //!
 //! Every wait is on a signal (an EDS update, the resolver's status, a
 //! query counted by the DNS server), each bounded.
@@ -465,6 +466,56 @@ async fn the_binary_serves_a_name_and_exits_on_one_that_never_resolved() {
     );
 }
 
+/// Envoy's listener on `listen` and service `web` on the name's `port`
+/// behind a session cookie kept on DRAINING endpoints, the name refreshed
+/// every 0.05 s to 0.1 s from `dns` and drained for `drain_s` seconds.
+fn web_yaml(dns: SocketAddr, listen: u16, port: u16, drain_s: u64, ttl_s: u64) -> String {
+    format!(
+        r#"dns:
+  servers: ["{dns}"]
+  minRefresh: 0.05s
+  maxRefresh: 0.1s
+  drainOnRemoval: {drain_s}s
+  timeout: 0.2s
+listener:
+  port: {listen}
+virtualhosts:
+  - name: web
+    domains: ["*"]
+    routes:
+      - services: [{{ name: web }}]
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: session, path: /, ttl: {ttl_s}s }}
+            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
+services:
+  - name: web
+    endpoints:
+      - address: {NAME}:{port}
+"#
+    )
+}
+
+/// Waits until Envoy's `listener` answers; panics with both logs after
+/// [`WAIT`].
+async fn until_envoy_serves(
+    listener: SocketAddr,
+    control: &Control,
+    envoy: &tether_testkit::envoy::Envoy,
+) {
+    let up = tether_testkit::wait_until(WAIT, || async {
+        through_envoy(listener, None).await.is_some()
+    })
+    .await;
+    assert!(
+        up,
+        "Envoy did not serve\n{}\n{}",
+        control.stderr(),
+        envoy.log()
+    );
+}
+
 /// The backend that answered, and its Set-Cookie, through Envoy.
 async fn through_envoy(
     listener: SocketAddr,
@@ -493,48 +544,14 @@ async fn envoy_keeps_a_session_on_an_address_that_left_dns_while_it_drains() {
     dns.set(NAME, &[ip("127.0.0.2"), ip("127.0.0.3")]);
     let listen = tether_testkit::free_port();
     let listener: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
-    let control = Control::start(&format!(
-        r#"dns:
-  servers: ["{dns}"]
-  minRefresh: 0.05s
-  maxRefresh: 0.1s
-  drainOnRemoval: 5s
-listener:
-  port: {listen}
-virtualhosts:
-  - name: web
-    domains: ["*"]
-    routes:
-      - services: [{{ name: web }}]
-        loadBalancerPolicy:
-          strategy: Session
-          session:
-            cookie: {{ name: session, path: /, ttl: 60s }}
-            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
-services:
-  - name: web
-    endpoints:
-      - address: {NAME}:{port}
-"#,
-        dns = dns.addr()
-    ))
-    .await;
+    let control = Control::start(&web_yaml(dns.addr(), listen, port, 5, 60)).await;
     let envoy = tether_testkit::envoy::Envoy::start(&tether_testkit::envoy::ads_bootstrap(
         control.addr,
         "envoy-dns",
     ))
     .await
     .expect("envoy starts");
-    let up = tether_testkit::wait_until(WAIT, || async {
-        through_envoy(listener, None).await.is_some()
-    })
-    .await;
-    assert!(
-        up,
-        "Envoy did not serve\n{}\n{}",
-        control.stderr(),
-        envoy.log()
-    );
+    until_envoy_serves(listener, &control, &envoy).await;
 
     // A session pinned to one backend.
     let (pinned, set) = through_envoy(listener, None).await.unwrap();
@@ -606,4 +623,264 @@ services:
     );
     assert!(control.nacks_none(), "{}", control.stderr());
     drop((b2, b3));
+}
+
+/// The `name=value` part of the first `Set-Cookie` in `set`.
+fn pair_of(set: &[String]) -> Option<String> {
+    set.first()
+        .and_then(|s| s.split(';').next())
+        .map(str::to_owned)
+}
+
+/// One Echo call through `channel` with `cookie`: the backend that
+/// answered and the session cookie it set.
+async fn through_channel(
+    channel: &tether::Channel,
+    cookie: Option<&str>,
+) -> (String, Option<String>) {
+    use tether_testkit::grpc::{EchoClient, EchoRequest};
+    let mut request = tonic::Request::new(EchoRequest {
+        message: "dns".into(),
+    });
+    request.set_timeout(Duration::from_secs(10));
+    if let Some(c) = cookie {
+        request.metadata_mut().insert("cookie", c.parse().unwrap());
+    }
+    let response = EchoClient::new(channel.clone())
+        .echo(request)
+        .await
+        .unwrap_or_else(|e| panic!("the channel's call failed: {e}"));
+    let set: Vec<String> = response
+        .metadata()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect();
+    (response.into_inner().backend, pair_of(&set))
+}
+
+/// Envoy, `tether::Channel` and gRPC C-core, all fed by one tether-control
+/// resolving one name from one DNS server, each keep a session on an
+/// address while the DNS server is unreachable and while the address, left
+/// out of the answer, drains; new sessions avoid it meanwhile; a new address
+/// gets new sessions; once removed, each session moves once, with a fresh
+/// cookie. The outage lasts 20 failed resolutions (counted by
+/// tether-control's metrics): with refreshes 0.05 s to 0.1 s apart here,
+/// that is as many attempts as a minute and more holds at the default
+/// refresh bounds, without the test waiting a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_the_channel_and_grpcio_keep_sessions_through_dns_trouble_and_a_drain() {
+    use tether_testkit::grpc::DualBackend;
+    tether_testkit::init_logging();
+    let port = tether_testkit::free_port();
+    let backend = |name: &'static str, last: u8| async move {
+        let addr = SocketAddr::new(IpAddr::from([127, 0, 0, last]), port);
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        DualBackend::start_on(name, listener)
+    };
+    let (b2, b3, b4) = (
+        backend("b2", 2).await,
+        backend("b3", 3).await,
+        backend("b4", 4).await,
+    );
+    let mut dns = DnsServer::start().await;
+    dns.set(NAME, &[ip("127.0.0.2"), ip("127.0.0.3")]);
+    let listen = tether_testkit::free_port();
+    let listener: SocketAddr = format!("127.0.0.1:{listen}").parse().unwrap();
+    let drain_s = 6;
+    let control =
+        Control::start_with_admin(&web_yaml(dns.addr(), listen, port, drain_s, 600)).await;
+    let envoy = tether_testkit::envoy::Envoy::start(&tether_testkit::envoy::ads_bootstrap(
+        control.addr,
+        "envoy-dns-three",
+    ))
+    .await
+    .expect("envoy starts");
+    let channel = tether::Channel::builder()
+        .bootstrap(Bootstrap::from_json(&control.bootstrap_json("channel-dns-three")).unwrap())
+        .wait_for_ready(true)
+        .connect("xds:///web")
+        .unwrap();
+    let dir = TempDir::new("dns-three");
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-grpcio");
+    let python = tether_testkit::grpcio::python_or_install(Some(&venv))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let grpcio = tether_testkit::grpcio::Client::new(
+        python,
+        dir.bootstrap(&control.bootstrap_json("grpcio-dns-three")),
+    );
+    let ccore = async |warm: usize, calls: usize, cookie: Option<&str>| {
+        grpcio
+            .calls_warmed("xds:///web", warm, calls, cookie)
+            .await
+            .unwrap_or_else(|e| panic!("grpcio: {e}"))
+    };
+    until_envoy_serves(listener, &control, &envoy).await;
+
+    // Three sessions on b2 (127.0.0.2), one per client: new sessions until
+    // one lands there (round robin over two).
+    let mut envoy_cookie = None;
+    for _ in 0..6 {
+        if let Some((b, set)) = through_envoy(listener, None).await {
+            if b == "b2" {
+                envoy_cookie = set.map(|s| s.split(';').next().unwrap().to_owned());
+                break;
+            }
+        }
+    }
+    let envoy_cookie = envoy_cookie.expect("an Envoy session on b2");
+    let mut channel_cookie = None;
+    for _ in 0..6 {
+        let (b, set) = through_channel(&channel, None).await;
+        if b == "b2" {
+            channel_cookie = set;
+            break;
+        }
+    }
+    let channel_cookie = channel_cookie.expect("a channel session on b2");
+    let ccore_cookie = ccore(2, 6, None)
+        .await
+        .iter()
+        .find(|c| c.backend == "b2")
+        .and_then(|c| pair_of(&c.set_cookie))
+        .expect("a C-core session on b2");
+    // Every client keeps its session: `calls` requests each reach `want`
+    // with no new cookie.
+    let all_on = async |want: &str, calls: usize, what: &str| {
+        for _ in 0..calls {
+            let (b, set) = through_envoy(listener, Some(&envoy_cookie)).await.unwrap();
+            assert_eq!((b.as_str(), set), (want, None), "Envoy, {what}");
+            let (b, set) = through_channel(&channel, Some(&channel_cookie)).await;
+            assert_eq!((b.as_str(), set), (want, None), "the channel, {what}");
+        }
+        for c in ccore(0, calls, Some(&ccore_cookie)).await {
+            assert_eq!(c.backend, want, "C-core, {what}");
+        }
+    };
+    all_on("b2", 5, "at the start").await;
+
+    // The DNS server unreachable for over 20 failed resolutions: nothing
+    // changes (the last good addresses stay, nobody's session moves, new
+    // sessions still spread over both).
+    dns.stop().await;
+    let failures = async || -> u64 {
+        let page = tether_testkit::client::get(control.admin.unwrap(), "/metrics", &[])
+            .await
+            .unwrap();
+        page.body
+            .lines()
+            .find_map(|l| l.strip_prefix("tether_control_dns_resolution_failures "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0) as u64
+    };
+    let before = failures().await;
+    let mut outage_spread = std::collections::BTreeSet::new();
+    let started = Instant::now();
+    while failures().await < before + 20 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "failures stay at {}",
+            failures().await
+        );
+        let (b, set) = through_envoy(listener, Some(&envoy_cookie)).await.unwrap();
+        assert_eq!(
+            (b.as_str(), set),
+            ("b2", None),
+            "Envoy, while DNS is unreachable"
+        );
+        let (b, set) = through_channel(&channel, Some(&channel_cookie)).await;
+        assert_eq!(
+            (b.as_str(), set),
+            ("b2", None),
+            "the channel, while DNS is unreachable"
+        );
+        if let Some((b, _)) = through_envoy(listener, None).await {
+            outage_spread.insert(b);
+        }
+    }
+    all_on("b2", 3, "after 20 failed resolutions").await;
+    assert_eq!(
+        outage_spread.into_iter().collect::<Vec<_>>(),
+        ["b2", "b3"],
+        "new sessions during the outage"
+    );
+    assert!(
+        control.stderr().contains("last good"),
+        "{}",
+        control.stderr()
+    );
+
+    // DNS answers again, without 127.0.0.2 and with a new 127.0.0.4: b2
+    // drains (its sessions stay), new sessions go to b3 and b4 only.
+    dns.set(NAME, &[ip("127.0.0.3"), ip("127.0.0.4")]);
+    dns.resume().await.unwrap();
+    assert!(
+        control
+            .wait_log("127.0.0.2 left the answer: DRAINING", WAIT)
+            .await,
+        "{}",
+        control.stderr()
+    );
+    let fresh = tether_testkit::wait_until(Duration::from_secs(5), || async {
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..6 {
+            if let Some((b, _)) = through_envoy(listener, None).await {
+                seen.insert(b);
+            }
+        }
+        seen.into_iter().collect::<Vec<_>>() == ["b3", "b4"]
+    })
+    .await;
+    assert!(
+        fresh,
+        "new Envoy sessions do not spread over b3 and b4 alone"
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        seen.insert(through_channel(&channel, None).await.0);
+    }
+    for c in ccore(2, 6, None).await {
+        seen.insert(c.backend);
+    }
+    assert!(
+        !seen.contains("b2"),
+        "a new proxyless session on the draining b2: {seen:?}"
+    );
+    assert!(
+        seen.contains("b4"),
+        "no new proxyless session on the new b4: {seen:?}"
+    );
+    all_on("b2", 5, "while b2 drains").await;
+    assert!(
+        !control.stderr().contains("127.0.0.2 removed"),
+        "the drain window ended before the sessions were checked"
+    );
+
+    // Removed: each session moves once, with a fresh cookie, to b3 or b4.
+    assert!(
+        control.wait_log("127.0.0.2 removed", WAIT).await,
+        "{}",
+        control.stderr()
+    );
+    let moved = tether_testkit::wait_until(Duration::from_secs(5), || async {
+        through_envoy(listener, Some(&envoy_cookie))
+            .await
+            .is_some_and(|(b, set)| b != "b2" && set.is_some())
+    })
+    .await;
+    assert!(moved, "the Envoy session did not move");
+    let (b, set) = through_channel(&channel, Some(&channel_cookie)).await;
+    assert!(
+        b != "b2" && set.is_some(),
+        "the channel's session: {b} {set:?}"
+    );
+    for c in ccore(0, 3, Some(&ccore_cookie)).await {
+        assert!(
+            c.backend != "b2" && !c.set_cookie.is_empty(),
+            "C-core: {c:?}"
+        );
+    }
+    assert!(control.nacks_none(), "{}", control.stderr());
+    drop((b2, b3, b4));
 }

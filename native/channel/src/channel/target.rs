@@ -18,9 +18,6 @@ pub const STATIC_CLUSTER: &str = "static";
 /// The port of a `dns:` name written without one (gRPC's naming doc).
 pub const DNS_DEFAULT_PORT: u16 = 443;
 
-/// The port of a DNS server (`dns://SERVER/...`) written without one.
-pub const DNS_SERVER_DEFAULT_PORT: u16 = 53;
-
 const FORMS: &str = "use xds:///NAME, static:///ADDR[,ADDR...], dns:[//SERVER/]HOST[:PORT], \
                      ipv4:IP:PORT[,...], ipv6:[IP]:PORT[,...], unix:PATH, http://HOST[:PORT] or \
                      https://HOST[:PORT]";
@@ -77,7 +74,7 @@ pub enum TargetProblem {
         /// The port given.
         port: String,
     },
-    /// `dns://SERVER/...` whose SERVER is not `IP[:PORT]`.
+    /// `dns://SERVER/...` whose SERVER is not `IP:PORT`.
     DnsServer {
         /// The server given.
         server: String,
@@ -137,8 +134,8 @@ impl std::fmt::Display for TargetProblem {
             }
             TargetProblem::DnsServer { server } => write!(
                 f,
-                "DNS server {server:?} is not IP[:PORT] (e.g. dns://127.0.0.1:53/NAME or \
-                 dns://[::1]:53/NAME)"
+                "DNS server {server:?} is not IP:PORT (the port too, as gRPC C-core reads it: \
+                 e.g. dns://127.0.0.1:53/NAME or dns://[::1]:53/NAME)"
             ),
             TargetProblem::ListAddress {
                 scheme,
@@ -309,15 +306,11 @@ fn parse_dns(rest: &str) -> Result<DnsName, TargetProblem> {
     parse_dns_name(name, server)
 }
 
-/// A DNS server as gRPC's `dns://SERVER/` names it: `IP[:PORT]`, IPv6 in
-/// brackets when a port follows.
+/// A DNS server as gRPC's `dns://SERVER/` names it: `IP:PORT`, IPv6 in
+/// brackets. C-core's c-ares resolver refuses a server without a port
+/// (grpc-go would take 53); tether refuses it too.
 fn parse_server(text: &str) -> Option<SocketAddr> {
-    if let Ok(a) = text.parse::<SocketAddr>() {
-        return Some(a);
-    }
-    let ip = text.trim_start_matches('[').trim_end_matches(']');
-    let ip: IpAddr = ip.parse().ok()?;
-    Some(SocketAddr::new(ip, DNS_SERVER_DEFAULT_PORT))
+    text.parse::<SocketAddr>().ok()
 }
 
 /// `HOST[:PORT]` (IPv6 hosts in brackets), port 443 by default.
@@ -554,16 +547,8 @@ mod tests {
                 )),
             ),
             (
-                "dns://10.0.0.1/a.b",
-                Target::Dns(dns(Some("10.0.0.1:53"), "a.b", 443, "a.b")),
-            ),
-            (
                 "dns://[::1]:54/a.b:2",
                 Target::Dns(dns(Some("[::1]:54"), "a.b", 2, "a.b:2")),
-            ),
-            (
-                "dns://[::1]/a.b:2",
-                Target::Dns(dns(Some("[::1]:53"), "a.b", 2, "a.b:2")),
             ),
             (
                 "dns:///[::1]:7",
@@ -687,9 +672,14 @@ mod tests {
             ("dns:///a:b:c", "several ':'"),
             (
                 "dns://dns.example/echo.test",
-                "DNS server \"dns.example\" is not IP[:PORT]",
+                "DNS server \"dns.example\" is not IP:PORT",
             ),
             ("dns://1.2.3.4:x/echo.test", "DNS server \"1.2.3.4:x\""),
+            (
+                "dns://10.0.0.1/a.b",
+                "DNS server \"10.0.0.1\" is not IP:PORT",
+            ),
+            ("dns://[::1]/a.b:2", "DNS server \"[::1]\" is not IP:PORT"),
             ("dns://127.0.0.1:53/", "empty host name"),
             (
                 "ipv4:1.2.3.4",

@@ -7,8 +7,10 @@
 //! When it resolves: once at the start; then only when the LB tree asks
 //! for it, which is when a subchannel loses or fails its connection
 //! (IDLE or TRANSIENT_FAILURE), at most once per cooldown
-//! (`grpc.dns_min_time_between_resolutions_ms`, 30 s by default): a
-//! request within the cooldown runs when it ends. No polling by TTL, as
+//! (`grpc.dns_min_time_between_resolutions_ms`, 30 s by default, counted
+//! from the start of the last resolution, as C-core's `PollingResolver`
+//! counts it): a request within the cooldown runs when it ends, one made
+//! while a resolution runs is dropped. No polling by TTL, as
 //! C-core and grpc-go. A failed resolution is retried with gRPC's backoff
 //! (1 s × 1.6 up to 120 s); it fails calls (UNAVAILABLE, naming the name
 //! and the DNS error) only while there never were addresses: later
@@ -164,6 +166,9 @@ impl Dns {
                         }
                         last = Some(addresses);
                     }
+                    // A request made while this resolution ran is dropped, as
+                    // C-core's polling resolver drops it: the answer is newer.
+                    let _ = tokio::time::timeout(Duration::ZERO, reresolve.notified()).await;
                     // Until a connection is lost or fails, then the cooldown.
                     tokio::select! {
                         () = reresolve.notified() => {}
