@@ -446,10 +446,25 @@ fn hosts(names: &[NameUse]) -> Vec<String> {
     names.iter().map(|n| n.host.clone()).collect()
 }
 
-/// Resolves every name of `hosts` at once.
+/// Queries in flight at once: a thousand names due together would
+/// otherwise burst a thousand UDP queries at the servers, and an answer
+/// dropped in that burst costs a whole `timeout` before its retry.
+const IN_FLIGHT: usize = 64;
+
+/// Resolves every name of `hosts`, at most [`IN_FLIGHT`] at a time.
 async fn resolve_all(lookup: &Lookup, hosts: &[String]) -> Vec<(String, Answer)> {
     let mut tasks = tokio::task::JoinSet::new();
+    let mut out = Vec::with_capacity(hosts.len());
+    let mut collect = |r: Result<(String, Answer), tokio::task::JoinError>| match r {
+        Ok(pair) => out.push(pair),
+        Err(e) => log::warn!("a DNS resolution task ended: {e}"),
+    };
     for host in hosts {
+        if tasks.len() >= IN_FLIGHT {
+            if let Some(r) = tasks.join_next().await {
+                collect(r);
+            }
+        }
         let lookup = lookup.clone();
         let host = host.clone();
         tasks.spawn(async move {
@@ -457,12 +472,8 @@ async fn resolve_all(lookup: &Lookup, hosts: &[String]) -> Vec<(String, Answer)>
             (host, answer)
         });
     }
-    let mut out = Vec::new();
     while let Some(r) = tasks.join_next().await {
-        match r {
-            Ok(pair) => out.push(pair),
-            Err(e) => log::warn!("a DNS resolution task ended: {e}"),
-        }
+        collect(r);
     }
     out
 }
