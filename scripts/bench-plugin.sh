@@ -111,7 +111,7 @@ trap 'exit 130' INT TERM
 # Free loopback ports: backend 1, backend 2, then one listener per configuration.
 # Taken below the kernel's ephemeral range, so that no port-0 bind (each Envoy's
 # admin listener) or outgoing connection is handed one before its owner binds it.
-read -r b1 b2 p_none p_native p_empty p_plugin_a p_plugin_b < <(python3 - <<'EOF'
+read -r b1 b2 p_none p_native p_empty p_plugin_a p_plugin_b p_plugin_s < <(python3 - <<'EOF'
 import random, socket
 try:
     lo, hi = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
@@ -128,7 +128,7 @@ for port in random.sample(range(first, last + 1), min(500, last - first + 1)):
     finally:
         s.close()
     ports.append(port)
-    if len(ports) == 7:
+    if len(ports) == 8:
         break
 print(" ".join(map(str, ports)))
 EOF
@@ -192,6 +192,7 @@ fi
 #   empty     native-cookie.yaml with the empty wasm filter in its place
 #   plugin_a  plugin-override-host.yaml  (wiring a)
 #   plugin_b  plugin-native-header.yaml  (wiring b)
+#   plugin_s  plugin-native-header.yaml with format sealed (and a key)
 # name, then the host calls (tether-host-call-filter's configuration).
 export TETHER_PROBES='
 probe_headers request_headers
@@ -204,12 +205,13 @@ probe_add_cookie add_response_header:set-cookie
 probe_a request_headers,set_request_header:x-tether-override-host,property:upstream.address
 probe_b request_headers,set_request_header:x-tether-override-host,response_header:x-tether-override-host
 probe_floor request_header:cookie,set_request_header:x-tether-override-host,response_header:x-tether-override-host
+probe_floor_a request_header:cookie,set_request_header:x-tether-override-host,property:upstream.address
 '
 config_source=$(python3 - "$work" "$b1" "$b2" "$plugin_wasm" "$empty_wasm" "$probe_wasm" "$raw_wasm" \
-  "$p_none" "$p_native" "$p_empty" "$p_plugin_a" "$p_plugin_b" <<'EOF'
+  "$p_none" "$p_native" "$p_empty" "$p_plugin_a" "$p_plugin_b" "$p_plugin_s" <<'EOF'
 import copy, json, os, sys
 work, b1, b2, plugin_wasm, empty_wasm, probe_wasm, raw_wasm = sys.argv[1:8]
-ports = dict(zip(["none", "native", "empty", "plugin_a", "plugin_b"], map(int, sys.argv[8:13])))
+ports = dict(zip(["none", "native", "empty", "plugin_a", "plugin_b", "plugin_s"], map(int, sys.argv[8:14])))
 COOKIE = "global-session-cookie"
 WASM = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm"
 SESSION = "type.googleapis.com/envoy.extensions.filters.http.stateful_session.v3.StatefulSession"
@@ -331,8 +333,18 @@ def write(name, boot):
     with open(os.path.join(work, name + ".cg.yaml"), "w") as out:
         json.dump(boot, out, indent=1)
 
+# Wiring (b) sealing its cookies (a 32-byte key, base64).
+def sealed(node):
+    if node.get("@type") == WASM:
+        conf = node["config"]["configuration"]
+        value = json.loads(conf["value"])
+        value.update(format="sealed", keys=["c2VhbGluZy1rZXktZm9yLXRoZS1iZW5jaG1hcmsuLi4="])
+        conf["value"] = json.dumps(value)
+s = copy.deepcopy(b)
+walk(s, sealed)
 for name, boot, wasm_file in (("none", none, ""), ("native", native, ""), ("empty", empty, empty_wasm),
-                              ("plugin_a", a, plugin_wasm), ("plugin_b", b, plugin_wasm)):
+                              ("plugin_a", a, plugin_wasm), ("plugin_b", b, plugin_wasm),
+                              ("plugin_s", s, plugin_wasm)):
     write(name, adapt(boot, ports[name], wasm_file))
 # The empty filter without the SDK (instruction counts only).
 raw = copy.deepcopy(none)
@@ -352,7 +364,7 @@ EOF
 ) || die "could not write the Envoy configurations"
 
 envoy_version=$("$envoy_bin" --version 2>/dev/null | sed -n 's/.*version: [0-9a-f]*\/\([0-9.]*\)\/.*/\1/p')
-names=(none native empty plugin_a plugin_b)
+names=(none native empty plugin_a plugin_b plugin_s)
 for name in "${names[@]}"; do
   "$envoy_bin" -c "$work/$name.yaml" --concurrency 1 --use-dynamic-base-id -l warning \
     --admin-address-path "$work/$name.admin" --log-path "$work/$name.log" >/dev/null 2>&1 &
@@ -376,10 +388,10 @@ for port in "$b1" "$b2"; do
 done
 
 # --- checks: each configuration does what it claims ---------------------------
-ports=("$p_none" "$p_native" "$p_empty" "$p_plugin_a" "$p_plugin_b")
+ports=("$p_none" "$p_native" "$p_empty" "$p_plugin_a" "$p_plugin_b" "$p_plugin_s")
 labels=("no session filter" "native stateful_session (cookie)" "empty wasm filter" \
-        "tether (a) override_host" "tether (b) + native header mode")
-cookies=("" "" "" "" "")
+        "tether (a) override_host" "tether (b) + native header mode" "tether (b), sealed cookie")
+cookies=("" "" "" "" "" "")
 get() { # port, extra curl args...: prints headers then body
   local port=$1; shift
   curl -s -D - --max-time 5 "$@" "http://127.0.0.1:$port/"
@@ -387,7 +399,7 @@ get() { # port, extra curl args...: prints headers then body
 backend_of() { grep -o '^backend-[12]' <<<"$1" || true; }
 # A session filter sets a cookie on the first request; replaying it must pin
 # every later request to the backend that served the first, without a new cookie.
-for i in 1 3 4; do
+for i in 1 3 4 5; do
   out=$(get "${ports[$i]}")
   cookie=$(sed -n "s/^[Ss]et-[Cc]ookie: \($cookie_name=[^;]*\).*/\1/p" <<<"$out" | tr -d '\r')
   [ -n "$cookie" ] || die "${labels[$i]}: no Set-Cookie on a request without a session:
@@ -475,6 +487,7 @@ a, b = med[3][0] / native, med[4][0] / native
 verdict = lambda r: "met" if r >= 0.90 else "NOT met"
 print(f"goal plugin >= 0.90 x native: (a) {a:.2f} {verdict(a)}; (b) {b:.2f} {verdict(b)}"
       f"  (empty wasm filter alone: {empty / native:.2f} x native)")
+print(f"sealed cookie in wiring (b): {med[5][0] / med[4][0]:.2f} x the same wiring unsealed (req/s)")
 if sum(m[3] for m in med.values()):
     print("warning: some requests failed (see the errors column)")
 EOF
@@ -528,7 +541,7 @@ count() { # name, port, cookie, pinned (1/0): one Envoy under callgrind, $reques
     || die "callgrind_annotate failed on $name"
   echo "$name $work/cg.$name.txt" >>"$counts"
 }
-pinned=(0 1 0 1 1)
+pinned=(0 1 0 1 1 1)
 for i in "${!names[@]}"; do count "${names[$i]}" "${ports[$i]}" "${cookies[$i]}" "${pinned[$i]}"; done
 count raw_empty "$p_empty" "${cookies[1]}" 0
 while read -r name _; do
@@ -545,6 +558,7 @@ labels = {
     "empty": "empty wasm filter",
     "plugin_a": "tether (a) override_host",
     "plugin_b": "tether (b) + native header mode",
+    "plugin_s": "tether (b), sealed cookie",
     "raw_empty": "empty wasm filter, raw ABI (no SDK)",
     "probe_headers": "probe: read all request headers",
     "probe_cookie": "probe: read the Cookie header",
@@ -556,6 +570,7 @@ labels = {
     "probe_a": "probe: (a)'s three host calls",
     "probe_b": "probe: (b)'s three host calls",
     "probe_floor": "probe: Cookie, set, response header",
+    "probe_floor_a": "probe: Cookie, set, upstream.address",
 }
 line = re.compile(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+.* \[(.*)\]\s*$")
 rows = {}
@@ -592,5 +607,16 @@ if "probe_floor" in rows and "raw_empty" in rows:
     floor = total(rows["raw_empty"]) + total(rows["probe_floor"]) - empty
     print(f"floor of a cookie plugin in wiring (b) without Envoy's header filter: raw empty filter + those three host calls"
           f" = {floor:.0f} instr/req = {native / floor:.2f} x native, {empty / floor:.2f} x the empty filter")
+    goal = lambda r: "met" if r <= 1.03 else "NOT met"
+    b = total(rows["plugin_b"]) / floor
+    print(f"goal (b) within 3% of that floor: {b:.3f} x the floor, {goal(b)}")
+    if "probe_floor_a" in rows:
+        floor_a = total(rows["raw_empty"]) + total(rows["probe_floor_a"]) - empty
+        a = total(rows["plugin_a"]) / floor_a
+        print(f"floor of wiring (a) (raw empty filter + Cookie, set, upstream.address) = {floor_a:.0f} instr/req;"
+              f" goal (a) within 3%: {a:.3f} x its floor, {goal(a)}")
+if "plugin_s" in rows:
+    sealed = total(rows["plugin_s"]) / total(rows["plugin_b"])
+    print(f"goal sealed within 3% of the same wiring unsealed: {sealed:.3f} x, {'met' if sealed <= 1.03 else 'NOT met'}")
 print("generated: code V8 generates at run time (the compiled wasm module and its stubs); Envoy: Envoy's binary, V8's runtime included.")
 EOF

@@ -16,6 +16,7 @@
 //! second (cookie expiries are whole seconds).
 
 use alloc::collections::BTreeSet;
+use alloc::rc::Rc;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
@@ -27,6 +28,7 @@ use tether_core::session::{Emit, Lookup, Miss, Pin, Served, SessionRequest};
 use tether_core::{AddressList, Format};
 
 use crate::config::{OverrideEncoding, PluginConfig};
+use crate::memo::Memo;
 
 /// Envoy's response code details when the response came from the upstream
 /// (any other value is a local reply: no host answered).
@@ -164,11 +166,16 @@ fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
 /// What the request side leaves for the response side.
 #[derive(Debug, Clone)]
 pub struct Exchange {
-    lookup: Lookup,
+    /// Shared with the memo when the value was remembered.
+    lookup: Rc<Lookup>,
     now: u64,
     /// The host named in the session header set for Envoy's header-mode
     /// filter (wiring (b)), which echoes the served host only when it differs.
     asked: Option<SocketAddr>,
+    /// The override header's value set in wiring (a) (the session's
+    /// addresses as text, primary first), for telling without a parse
+    /// that the primary answered.
+    sent: Option<Rc<str>>,
 }
 
 impl Exchange {
@@ -188,6 +195,12 @@ pub struct Plugin {
     /// Sealed values minted without the host's randomness (see
     /// [`Plugin::nonce`]).
     unrandom: Cell<u64>,
+    /// Session header values read recently and what they pinned.
+    memo: Memo,
+    /// The lookups of requests without a session and without a clock,
+    /// shared rather than allocated per request.
+    absent: Rc<Lookup>,
+    bypass: Rc<Lookup>,
 }
 
 impl Plugin {
@@ -198,6 +211,9 @@ impl Plugin {
             debug,
             misread: RefCell::new(BTreeSet::new()),
             unrandom: Cell::new(0),
+            memo: Memo::default(),
+            absent: Rc::new(Lookup::Miss(Miss::Absent)),
+            bypass: Rc::new(Lookup::Bypass),
         }
     }
 
@@ -290,28 +306,52 @@ impl Plugin {
                 host.remove_request_header(&cfg.override_header);
             }
             return Some(Exchange {
-                lookup: Lookup::Miss(Miss::Absent),
+                lookup: self.absent.clone(),
                 now,
                 asked: None,
+                sent: None,
             });
         };
-        let value = str::from_utf8(&bytes).ok()?;
-        let cookies = [value];
-        let req = SessionRequest {
-            path: "",
-            cookies: if cookie_mode { &cookies[..] } else { &[] },
-            header: if cookie_mode { None } else { Some(value) },
+        // The same value as a recent request, not expired since: pinned as
+        // it was, without decoding it again.
+        let remembered = self.memo.get(&bytes).filter(
+            |(lookup, _)| matches!(&**lookup, Lookup::Pinned(pin) if !pin.cookie.is_expired(now)),
+        );
+        let (lookup, value) = match remembered {
+            Some(hit) => hit,
+            None => {
+                let text = str::from_utf8(&bytes).ok()?;
+                let cookies = [text];
+                let req = SessionRequest {
+                    path: "",
+                    cookies: if cookie_mode { &cookies[..] } else { &[] },
+                    header: if cookie_mode { None } else { Some(text) },
+                };
+                let lookup = session.lookup(&req, now);
+                let Lookup::Pinned(pin) = &lookup else {
+                    return None;
+                };
+                let value: Rc<str> = override_value(&pin.cookie.addresses, cfg.encoding)?.into();
+                let lookup = Rc::new(lookup);
+                self.memo.put(&bytes, lookup.clone(), value.clone());
+                (lookup, value)
+            }
         };
-        let lookup = session.lookup(&req, now);
-        let Lookup::Pinned(pin) = &lookup else {
+        let Lookup::Pinned(pin) = &*lookup else {
             return None;
         };
         self.note(host, pin);
-        let value = override_value(&pin.cookie.addresses, cfg.encoding)?;
         host.set_request_header(&cfg.override_header, &value);
-        let asked = (cfg.encoding == OverrideEncoding::SessionHeader)
-            .then(|| pin.cookie.addresses.primary());
-        Some(Exchange { lookup, now, asked })
+        let (asked, sent) = match cfg.encoding {
+            OverrideEncoding::SessionHeader => (Some(pin.cookie.addresses.primary()), None),
+            OverrideEncoding::List => (None, Some(value)),
+        };
+        Some(Exchange {
+            lookup,
+            now,
+            asked,
+            sent,
+        })
     }
 
     /// The request read whole: every `Cookie` header, `:path`, the session
@@ -359,9 +399,10 @@ impl Plugin {
         }
         let Some(now) = now else {
             return Exchange {
-                lookup: Lookup::Bypass,
+                lookup: self.bypass.clone(),
                 now: 0,
                 asked: None,
+                sent: None,
             };
         };
         let req = SessionRequest {
@@ -393,7 +434,12 @@ impl Plugin {
             }
             _ => {}
         }
-        Exchange { lookup, now, asked }
+        Exchange {
+            lookup: Rc::new(lookup),
+            now,
+            asked,
+            sent: None,
+        }
     }
 
     /// Response headers: set a cookie (or the session header) when the host
@@ -422,12 +468,20 @@ impl Plugin {
             }
         }
         let Some(ex) = exchange else { return false };
-        if matches!(ex.lookup, Lookup::Bypass) {
+        if matches!(*ex.lookup, Lookup::Bypass) {
             return false;
         }
         let Some(address) = served_asked.or_else(|| {
-            host.property(UPSTREAM_ADDRESS)
-                .and_then(|b| parse_address(&b))
+            let bytes = host.property(UPSTREAM_ADDRESS)?;
+            // The session's primary answered (the common case): known
+            // without parsing, as Envoy spells it as the override value does.
+            let primary = ex.sent.as_deref().map(|v| v.split(',').next().unwrap_or(v));
+            match (primary, ex.lookup.addresses()) {
+                (Some(text), Some(pinned)) if text.as_bytes() == bytes.as_slice() => {
+                    Some(pinned.primary())
+                }
+                _ => parse_address(&bytes),
+            }
         }) else {
             // Never routed (e.g. no healthy host): nothing to pin to.
             return false;
@@ -464,6 +518,9 @@ impl Plugin {
                 host.local_reply(503, STRICT_DETAILS, "no healthy upstream");
                 return true;
             }
+        }
+        if !wants {
+            return false;
         }
         // Randomness is drawn only for a sealed value about to be written.
         let nonce = if wants && session.config().format.is_sealed() {

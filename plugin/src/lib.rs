@@ -31,6 +31,7 @@ extern crate alloc;
 
 pub mod config;
 pub mod filter;
+mod memo;
 
 #[cfg(target_arch = "wasm32")]
 mod abi;
