@@ -720,6 +720,43 @@ mod tests {
         assert_eq!(HeaderMap::default().iter().count(), 0);
     }
 
+    /// The memo: a replayed value pins as its first reading did, values of
+    /// other sessions pin to their own hosts, and a remembered value still
+    /// expires (then it is a miss and gets a fresh cookie).
+    #[test]
+    fn a_remembered_cookie_pins_as_decoded_and_still_expires() {
+        let p = plugin(COOKIE);
+        let value = |addr: &str, expires: u64| {
+            let mut c = SessionCookie::new(AddressList::parse(addr).unwrap());
+            c.cluster = Some("backends".into());
+            c.expires = Some(expires);
+            alloc::format!("s=\"{}\"", cookie::encode(&c, Format::Envoy, None).unwrap())
+        };
+        let (a, b) = (
+            value("127.0.0.1:8001", NOW + 5),
+            value("127.0.0.1:8002", NOW + 500),
+        );
+        let pinned_at = |header: &str, now: u64| {
+            let mut host = FakeHost::new(&[(":path", "/"), ("cookie", header)]);
+            let ex = p.on_request(&mut host, Some(now));
+            (host.set_request, ex.lookup().addresses().is_some())
+        };
+        for _ in 0..3 {
+            for (header, addr) in [(&a, "127.0.0.1:8001"), (&b, "127.0.0.1:8002")] {
+                let (set, pinned) = pinned_at(header, NOW);
+                assert!(pinned);
+                assert_eq!(
+                    set,
+                    vec![("x-tether-override-host".to_string(), addr.to_string())]
+                );
+            }
+        }
+        // Past a's expiry: no override, a miss; b still pins from the memo.
+        let (set, pinned) = pinned_at(&a, NOW + 6);
+        assert!(set.is_empty() && !pinned, "{set:?}");
+        assert!(pinned_at(&b, NOW + 6).1);
+    }
+
     #[test]
     fn first_request_is_routed_normally_and_gets_a_cookie() {
         let p = plugin(COOKIE);
