@@ -7,6 +7,12 @@
 //! - `tether_channel`: `tether::Channel` on `xds:///shop`;
 //! - `grpcio`: gRPC C-core (PyPI grpcio) on `xds:///shop`.
 //!
+//! Sealed cookies (`format: sealed`) have cells of their own: the plugin on
+//! `/as-sealed` and a channel given the same keys read each other's and the
+//! JavaScript package's (`js/pkg/node` under Node, built by the test
+//! command's JavaScript step), JavaScript opens theirs, and every reader
+//! without the keys sees no session in any of them.
+//!
 //! One tether-control file drives all of them: both Envoys are bootstrapped
 //! with nothing but ADS from the same control plane, whose file gives Envoys
 //! their own filter (`envoy.sessionFilter: native`) and the node
@@ -47,7 +53,7 @@ use tether_testkit::grpcio;
 use tether_wasm_tests::control::Control;
 use tether_wasm_tests::scenario::{
     backend_on_loopback, minted, plugin_path, sealing_keys, session_cookies, start_envoy, Minted,
-    SEALING_SECRET,
+    COOKIE, SEALING_SECRET,
 };
 use tokio::runtime::Runtime;
 use tokio::sync::OnceCell;
@@ -372,6 +378,18 @@ impl Stage {
                 self.call(channel, None).await
             }
             Minter::CCore => self.ccore(0, 1, None).await.remove(0),
+            Minter::JavaScript => {
+                // The JavaScript package seals for the first backend, as a
+                // Node service in front of the mesh would.
+                let backend = &self.backends[0];
+                let value =
+                    javascript(&["seal", &backend.addr().to_string(), CLUSTER, SEALING_SECRET]);
+                let header = format!("{COOKIE}={value}; Path=/; HttpOnly");
+                Reply {
+                    backend: backend.name().to_owned(),
+                    set: session_cookies(&[("set-cookie".to_owned(), header)]),
+                }
+            }
         };
         assert_eq!(reply.set.len(), 1, "{minter:?} sets one cookie: {reply:?}");
         let cookie = reply.set[0].clone();
@@ -504,6 +522,47 @@ enum Minter {
     Plugin,
     Channel,
     CCore,
+    /// The JavaScript package (`js/pkg/node`) under Node.
+    JavaScript,
+}
+
+/// Runs the JavaScript package under Node: `seal ADDRESS CLUSTER KEY`
+/// prints a sealed value (`encode`, a random nonce); `open VALUE [KEY]`
+/// prints what `decode` makes of it as JSON, or `{"error": CODE}`. The
+/// package is built by the test command's JavaScript step (`js/build.sh`).
+fn javascript(args: &[&str]) -> String {
+    let module = tether_wasm_tests::scenario::repo_root().join("js/pkg/node/tether_js.js");
+    assert!(
+        module.exists(),
+        "{} is missing: build the JavaScript package first (js/build.sh; the test command does)",
+        module.display()
+    );
+    let script = r#"
+const [mode, a, b, c] = process.argv.slice(1);
+const { encode, decode } = require(process.env.TETHER_JS);
+if (mode === "seal") {
+  process.stdout.write(encode({ addresses: [a], cluster: b, ttl: 600, format: "sealed", keys: [c] }));
+} else {
+  try {
+    process.stdout.write(JSON.stringify(decode(a, b ? { keys: [b] } : {})));
+  } catch (e) {
+    process.stdout.write(JSON.stringify({ error: e.code }));
+  }
+}
+"#;
+    let out = std::process::Command::new("node")
+        .arg("-e")
+        .arg(script)
+        .args(args)
+        .env("TETHER_JS", &module)
+        .output()
+        .unwrap_or_else(|e| panic!("node: {e}"));
+    assert!(
+        out.status.success(),
+        "node {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 from node")
 }
 
 /// Who is sent it.
@@ -753,13 +812,14 @@ fn tether_channel_cookie_honoured_by_grpcio() {
 // Sealed (`format: sealed`): read by tether holding the keys, no session
 // anywhere else.
 
-/// Sealed cookies, whether the plugin or the channel sealed them, pin at
-/// the plugin and the channel holding the same keys.
+/// Sealed cookies, whether the plugin, the channel or the JavaScript
+/// package sealed them, pin at the plugin and the channel holding the
+/// same keys.
 #[test]
 fn tether_sealed_cookies_honoured_by_tether_plugin_and_tether_channel_with_the_keys() {
     run(async {
         let s = stage().await;
-        for minter in [Minter::Plugin, Minter::Channel] {
+        for minter in [Minter::Plugin, Minter::Channel, Minter::JavaScript] {
             let session = s.mint(minter, Format::Sealed).await;
             s.honours(Reader::PluginSealed, &session, false).await;
             s.honours(Reader::ChannelSealed, &session, false).await;
@@ -774,7 +834,7 @@ fn tether_sealed_cookies_honoured_by_tether_plugin_and_tether_channel_with_the_k
 fn sealed_cookies_are_no_session_to_every_reader_without_the_keys() {
     run(async {
         let s = stage().await;
-        for minter in [Minter::Plugin, Minter::Channel] {
+        for minter in [Minter::Plugin, Minter::Channel, Minter::JavaScript] {
             let session = s.mint(minter, Format::Sealed).await;
             for reader in [
                 Reader::Native,
@@ -784,6 +844,31 @@ fn sealed_cookies_are_no_session_to_every_reader_without_the_keys() {
             ] {
                 s.ignores(reader, &session).await;
             }
+        }
+    });
+}
+
+/// The JavaScript package opens the plugin's and the channel's sealed
+/// cookies with the keys, and sees no session in them without.
+#[test]
+fn tether_sealed_cookies_opened_by_javascript_with_the_keys() {
+    run(async {
+        let s = stage().await;
+        for minter in [Minter::Plugin, Minter::Channel] {
+            let session = s.mint(minter, Format::Sealed).await;
+            let value = session.cookie.value.trim_matches('"');
+            let opened: serde_json::Value =
+                serde_json::from_str(&javascript(&["open", value, SEALING_SECRET])).unwrap();
+            assert_eq!(opened["format"], "sealed", "{minter:?}: {opened}");
+            assert_eq!(
+                opened["addresses"][0],
+                session.cookie.address().to_string(),
+                "{minter:?}: {opened}"
+            );
+            assert_eq!(opened["cluster"], CLUSTER, "{minter:?}: {opened}");
+            let closed: serde_json::Value =
+                serde_json::from_str(&javascript(&["open", value])).unwrap();
+            assert_eq!(closed["error"], "sealed", "{minter:?}: {closed}");
         }
     });
 }
