@@ -39,7 +39,7 @@
 #   scripts/bench-channel.sh --quick    a smoke run (0.3 s per configuration), under 30 s once built
 # Options (passed to the bench binary): --duration SECS  --warmup SECS  --rounds N
 #   --eds-rounds N  --only eds,updates,picker,throughput,rotation,instructions
-#   --kinds plain,balance,one,static,session,session_layer,sessions,xds,tonic_xds,least_request,
+#   --kinds plain,balance,one,dns,static,session,session_layer,sessions,xds,tonic_xds,least_request,
 #           outlier_detection,weighted_round_robin,tonic_tls,tls,xds_mtls (also the instructions
 #           section's configurations)
 # Exits non-zero when a configuration fails calls or a part cannot run;

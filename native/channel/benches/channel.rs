@@ -1115,6 +1115,9 @@ enum Kind {
     Plain,
     Balance,
     TetherOne,
+    /// A `dns:` target (pick_first) whose name the in-process DNS server
+    /// resolves to the one endpoint.
+    TetherDns,
     TetherStatic,
     TetherSession,
     TetherSessionLayer,
@@ -1130,10 +1133,11 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 15] = [
+    const ALL: [Kind; 16] = [
         Kind::Plain,
         Kind::Balance,
         Kind::TetherOne,
+        Kind::TetherDns,
         Kind::TetherStatic,
         Kind::TetherSession,
         Kind::TetherSessionLayer,
@@ -1153,6 +1157,7 @@ impl Kind {
             Kind::Plain => "plain tonic Channel, 1 endpoint",
             Kind::Balance => "tonic Channel::balance_list, 3 endpoints",
             Kind::TetherOne => "tether::Channel static, 1 endpoint",
+            Kind::TetherDns => "tether::Channel dns: target (pick_first), 1 endpoint",
             Kind::TetherStatic => "tether::Channel static, round robin over 3",
             Kind::TetherSession => {
                 "tether::Channel static + sessions, one jar in the handle: pinned to 1"
@@ -1182,6 +1187,7 @@ impl Kind {
             Kind::Plain => "plain",
             Kind::Balance => "balance",
             Kind::TetherOne => "one",
+            Kind::TetherDns => "dns",
             Kind::TetherStatic => "static",
             Kind::TetherSession => "session",
             Kind::TetherSessionLayer => "session_layer",
@@ -1212,7 +1218,7 @@ impl Kind {
     fn like_for_like(self, concurrency: usize) -> Option<Kind> {
         match self {
             Kind::Plain => None,
-            Kind::Balance | Kind::TetherOne => Some(Kind::Plain),
+            Kind::Balance | Kind::TetherOne | Kind::TetherDns => Some(Kind::Plain),
             Kind::TetherStatic | Kind::TetherXds | Kind::TonicXds => Some(Kind::Balance),
             Kind::TetherSession | Kind::TetherSessionLayer => Some(Kind::TetherOne),
             // One calling task is one session, pinned to one endpoint: its
@@ -1486,6 +1492,25 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
             tether::Channel::from_static(all(EndpointPolicy::RoundRobin, None)?)
                 .map_err(|e| e.to_string())?,
         )),
+        Kind::TetherDns => {
+            // One DNS server for the process, answering the bench's name
+            // with the first endpoint's address.
+            static DNS: tokio::sync::OnceCell<tether_testkit::dns::DnsServer> =
+                tokio::sync::OnceCell::const_new();
+            let dns = DNS
+                .get_or_init(|| async { tether_testkit::dns::DnsServer::start().await })
+                .await;
+            dns.set("echo.bench.tether.test", &[addrs[0].ip()]);
+            Client::Tether(EchoClient::new(
+                tether::Channel::builder()
+                    .connect(&format!(
+                        "dns://{}/echo.bench.tether.test:{}",
+                        dns.addr(),
+                        addrs[0].port()
+                    ))
+                    .map_err(|e| e.to_string())?,
+            ))
+        }
         Kind::TetherOne => Client::Tether(EchoClient::new(
             tether::Channel::from_static({
                 let mut one = all(EndpointPolicy::RoundRobin, None)?;
@@ -1593,6 +1618,7 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
     let want = match kind {
         Kind::Plain
         | Kind::TetherOne
+        | Kind::TetherDns
         | Kind::TetherSession
         | Kind::TetherSessionLayer
         | Kind::TonicTls
