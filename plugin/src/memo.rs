@@ -20,6 +20,11 @@ use tether_core::session::Lookup;
 /// this many in one VM decode as before, at the same cost as without it.
 const SLOTS: usize = 64;
 
+/// Longest value kept, in bytes: a browser's `Cookie` header is far
+/// shorter, and the memo then holds at most 64 KiB a VM however large the
+/// headers clients send (longer values decode as before).
+const MAX_VALUE: usize = 1024;
+
 /// One remembered value.
 #[derive(Debug, Clone)]
 struct Remembered {
@@ -55,6 +60,9 @@ impl Memo {
 
     /// Remembers that `raw` pinned `lookup`, with the override `value`.
     pub(crate) fn put(&self, raw: &[u8], lookup: Rc<Lookup>, value: Rc<str>) {
+        if raw.len() > MAX_VALUE {
+            return;
+        }
         self.slots.borrow_mut()[slot(raw)] = Some(Remembered {
             raw: raw.into(),
             lookup,
@@ -126,6 +134,10 @@ mod tests {
             n += 1;
             other = alloc::format!("{n:020}").into_bytes();
         }
+        // A value longer than MAX_VALUE is not kept.
+        let long = b"y".repeat(MAX_VALUE + 1);
+        memo.put(&long, lookup.clone(), "long".into());
+        assert!(memo.get(&long).is_none());
         memo.put(&first, lookup.clone(), "first".into());
         memo.put(&other, lookup, "other".into());
         assert!(memo.get(&first).is_none());
