@@ -523,7 +523,7 @@ impl Plugin {
             return false;
         }
         // Randomness is drawn only for a sealed value about to be written.
-        let nonce = if wants && session.config().format.is_sealed() {
+        let nonce = if session.config().format.is_sealed() {
             self.nonce(host, ex.now)
         } else {
             [0; NONCE_LEN]

@@ -49,9 +49,7 @@ impl SessionOptions {
             ..SessionOptions::default()
         }
     }
-}
 
-impl SessionOptions {
     /// Whether the format and keys go together (a `sealed` format needs
     /// keys of at least 32 bytes; only formats with a MAC take keys).
     pub(crate) fn check(&self) -> Result<(), tether_core::ConfigError> {
