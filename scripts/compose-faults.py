@@ -21,7 +21,8 @@ moved, the longest wait for an answer.
    1 s, every client) leaves it; its sessions move once, with a fresh
    cookie, other sessions stay; the one call each of its sessions had in
    flight may fail (UNAVAILABLE, as gRPC says: it was sent), nothing hangs.
-4. A rolling restart: each backend in turn DRAINING in the file (sessions
+4. A rolling restart: each replica in turn DRAINING in the file (its
+   address listed above the backends' name; sessions
    stay, new ones go elsewhere), stopped (SIGTERM: GOAWAY, its calls finish),
    started and HEALTHY again: every session on a restarted backend moves
    once with a fresh cookie, no other moves, no call fails.
@@ -29,8 +30,15 @@ moved, the longest wait for an answer.
    max_connection_age: GOAWAY, the calls on it finish, then the close), two
    more containers behind their own virtual host, under steady load: no call
    fails and no session moves.
+6. The backend service scaled down to two replicas and up to three again
+   (`docker-compose up --scale`), with a session of every client on every
+   replica: the removed replica's sessions move once, after it stops (its
+   address leaves Docker's DNS, drains, goes), with a fresh cookie and no
+   failed call; the others stay; new sessions of every client land on the
+   new replica too.
 
-Cases 3 and 4 first bring back the backend the story stopped and removed.
+Cases 3, 4 and 6 first bring back the replica the story stopped: three
+replicas running, each HEALTHY everywhere.
 
 Every case is bounded (CASE_LIMIT) and repairs what it broke, also when it
 fails.
@@ -43,6 +51,7 @@ Prints a table with a verdict per case; exits 1 when a case fails.
 import importlib.util
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -213,10 +222,20 @@ def write_config(stage, text):
     os.replace(path + ".tmp", path)
 
 
-def with_health(text, address, health):
-    """The file with `health` on every endpoint at `address`."""
-    line = "      - address: %s\n" % address
-    return text.replace(line, line + "        health: %s\n" % health)
+def drain_replica(text, address):
+    """The file with one replica's address listed above the backends' name
+    with `health: DRAINING`: the first entry to give an address wins."""
+    line = "      - address: backend:8080"
+    return text.replace(line, "      - address: %s\n        health: DRAINING\n%s" % (address, line))
+
+
+def compose(*args, timeout=120):
+    """docker-compose on the running project (scripts/compose-test.sh's)."""
+    cmd = shlex.split(os.environ["TETHER_COMPOSE"]) + list(args)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise story.StoryError("%s failed: %s" % (" ".join(args), out.stderr.strip()[-300:]))
+    return out.stdout
 
 
 def views(stage):
@@ -256,13 +275,19 @@ def await_views(stage, want, timeout=20):
 
 
 def restore_backends(stage):
-    """All three backends running, in the file and HEALTHY everywhere."""
-    for name in ("backend-1", "backend-2", "backend-3"):
-        docker("start", stage.containers[name])
+    """Three backend replicas running, the file as it was, and exactly their
+    addresses HEALTHY everywhere (an address a replica had before drains
+    for DNS_DRAIN_S, then goes). Returns the replicas' labels."""
+    compose("up", "-d", "--no-build", "--no-recreate", "--scale", "backend=3", "backend")
     write_config(stage, original_config(stage))
-    want = {a: "HEALTHY" for a in stage.addresses.values()}
-    if not await_views(stage, want):
-        raise story.StoryError("the three backends were not back everywhere within 20 s: %s" % (views(stage),))
+    running = stage.refresh_backends()
+    if len(running) != 3:
+        raise story.StoryError("not three backend replicas running: %s" % running)
+    want = {stage.addresses[b]: "HEALTHY" for b in running}
+    if not await_views(stage, want, timeout=20 + story.DNS_DRAIN_S):
+        raise story.StoryError("the three replicas were not back everywhere within %d s: %s"
+                               % (20 + story.DNS_DRAIN_S, views(stage)))
+    return running
 
 
 def seeded_sessions(stage, seconds):
@@ -418,19 +443,19 @@ def backend_cut_off(stage):
 
 
 def rolling_restart(stage):
-    step = story.Step("4. a rolling restart: each backend DRAINING, stopped (GOAWAY), started, HEALTHY", stage)
+    step = story.Step("4. a rolling restart: each replica DRAINING, stopped (GOAWAY), started, HEALTHY", stage)
     began = time.monotonic()
     sessions = []
     events = []
-    restore_backends(stage)
+    replicas = restore_backends(stage)
     text = original_config(stage)
-    healthy = {a: "HEALTHY" for a in stage.addresses.values()}
     try:
         sessions = start_sessions(stage, 30)
-        for name in ("backend-1", "backend-2", "backend-3"):
+        for name in replicas:
             address = stage.addresses[name]
+            healthy = {stage.addresses[b]: "HEALTHY" for b in replicas}
             t0 = time.monotonic()
-            write_config(stage, with_health(text, address, "DRAINING"))
+            write_config(stage, drain_replica(text, address))
             step.check(await_views(stage, dict(healthy, **{address: "DRAINING"})),
                        "%s was not DRAINING everywhere within 20 s" % name)
             t1 = time.monotonic()
@@ -438,17 +463,23 @@ def rolling_restart(stage):
             t2 = time.monotonic()
             docker("start", stage.containers[name])
             write_config(stage, text)
-            step.check(await_views(stage, healthy), "%s was not HEALTHY again within 20 s" % name)
+            # Docker may give the started replica another address; the one
+            # it had drains out of the name's answer meanwhile.
+            stage.refresh_backends()
+            healthy = {stage.addresses[b]: "HEALTHY" for b in replicas}
+            step.check(await_views(stage, healthy, timeout=20 + story.DNS_DRAIN_S),
+                       "%s was not HEALTHY again within %d s" % (name, 20 + story.DNS_DRAIN_S))
             t3 = time.monotonic()
             events.append((name, t0, t3))
-            step.row(name, "-", "DRAINING seen in %.1f s, stopped in %.1f s, HEALTHY again %.1f s later"
-                     % (t1 - t0, t2 - t1, t3 - t2))
+            moved = "" if stage.addresses[name] == address else ", now at %s" % stage.addresses[name]
+            step.row(name, "-", "DRAINING seen in %.1f s, stopped in %.1f s, HEALTHY again %.1f s later%s"
+                     % (t1 - t0, t2 - t1, t3 - t2, moved))
         wait_all(sessions, began + CASE_LIMIT)
     finally:
         for s in sessions:
             s.stop()
         write_config(stage, text)
-        for name in ("backend-1", "backend-2", "backend-3"):
+        for name in replicas:
             subprocess.run(["docker", "start", stage.containers[name]], capture_output=True, timeout=60)
     judge_moves(step, stage, sessions, events, False, STALL_S)
     return step
@@ -548,8 +579,92 @@ def rotating_backends(stage):
     return conclude(step, sessions)
 
 
+def mint_cookies(stage, replicas):
+    """A session cookie for each replica: fresh requests through Envoy until
+    each has answered one (Envoy spreads new sessions over them)."""
+    cookies = {}
+    for _ in range(30 * len(replicas)):
+        status, backend, cookie = stage.envoy()
+        if status == 200 and cookie and backend in replicas:
+            cookies.setdefault(backend, cookie)
+        if len(cookies) == len(replicas):
+            return cookies
+    raise story.StoryError("no session cookie through Envoy for %s"
+                           % sorted(set(replicas) - set(cookies)))
+
+
+def fresh_picks(stage, calls):
+    """Where new sessions land: `calls` calls without a cookie from each
+    client; {client: [backend, ...]}."""
+    envoy = [stage.envoy()[1] for _ in range(calls)]
+    channel = [story.channel_backend(stage, l) for l in stage.channel(count=calls)]
+    ccore = [l["backend"] for l in stage.ccore(calls)]
+    return {"Envoy": envoy, "tether::Channel": channel, "C-core": ccore}
+
+
+def scaled_down_and_up(stage):
+    step = story.Step("6. the backends scaled down to two, then up to three (docker-compose up --scale)", stage)
+    began = time.monotonic()
+    sessions = []
+    events = []
+    gone = None
+    replicas = restore_backends(stage)
+    try:
+        cookies = mint_cookies(stage, replicas)
+        per_call = story.SLEEP_MS / 1000 + 0.01
+        seconds = 20
+        for name in replicas:
+            for kind, label, calls in (("channel", "tether::Channel", int(seconds / per_call)),
+                                       ("ccore", "C-core", int(seconds / per_call)),
+                                       ("envoy", "Envoy", int(seconds / (2 * per_call)))):
+                s = story.Session(stage, kind, "%s on %s" % (label, name), cookie=cookies[name],
+                                  sent="cookie for %s" % name, calls=calls)
+                s.start()
+                sessions.append(s)
+        await_started(sessions)
+        t0 = time.monotonic()
+        compose("up", "-d", "--no-build", "--no-recreate", "--scale", "backend=2", "backend")
+        t1 = time.monotonic()
+        left = [b for b in replicas if b not in stage.refresh_backends()]
+        if len(left) != 1:
+            raise story.StoryError("scaling to two left %s running of %s" % (stage.refresh_backends(), replicas))
+        gone = left[0]
+        address = stage.addresses.get(gone) or next(a for a, n in stage.backends.items() if n == gone)
+        remaining = {stage.addresses[b]: "HEALTHY" for b in replicas if b != gone}
+        step.check(await_views(stage, remaining, timeout=story.DNS_DRAIN_S + 15),
+                   "%s was still served %d s after it stopped: %s" % (gone, story.DNS_DRAIN_S + 15, views(stage)))
+        t2 = time.monotonic()
+        events.append((gone, t0, t2))
+        step.row("up --scale backend=2", "-", "%s (%s) stopped and removed in %.1f s; gone from Envoy and the "
+                 "channel %.1f s later (DNS, then drainOnRemoval)" % (gone, address, t1 - t0, t2 - t1))
+        compose("up", "-d", "--no-build", "--no-recreate", "--scale", "backend=3", "backend")
+        running = stage.refresh_backends()
+        new = [b for b in running if b not in replicas]
+        if len(new) != 1 or len(running) != 3:
+            raise story.StoryError("scaling to three gave %s (before: %s)" % (running, replicas))
+        step.check(await_views(stage, {stage.addresses[b]: "HEALTHY" for b in running}),
+                   "the new replica %s was not served within 20 s: %s" % (new[0], views(stage)))
+        t3 = time.monotonic()
+        step.row("up --scale backend=3", "-", "%s (%s) started and served in %.1f s"
+                 % (new[0], stage.addresses[new[0]], t3 - t2))
+        wait_all(sessions, began + CASE_LIMIT)
+        for client, got in fresh_picks(stage, 12).items():
+            step.row("%s, new sessions" % client, "-", story.tally(got), "-")
+            step.check(new[0] in got and gone not in got,
+                       "%s's new sessions: %s (the new replica is %s, %s is gone)"
+                       % (client, story.tally(got), new[0], gone))
+    finally:
+        for s in sessions:
+            s.stop()
+    judge_moves(step, stage, sessions, events, False, STALL_S)
+    on_gone = [s for s in sessions if gone and s.sent == "cookie for %s" % gone]
+    step.check(on_gone and all(len({a[2] for a in s.answers if a[1]}) == 2 for s in on_gone),
+               "not every session of the removed replica moved: %s" % [s.label for s in on_gone])
+    return step
+
+
 CASES = (control_plane_restarted, control_plane_cut_off, backend_cut_off, rolling_restart,
-         rotating_backends)
+         rotating_backends, scaled_down_and_up)
 
 
 def main():

@@ -15,11 +15,16 @@ of a backend container, and tether-control's file in the mounted folder.
 2. RequestHash on x-user: each user lands on the same backend through Envoy,
    the channel and C-core.
 3. A backend container stops mid-session: sessions of all three clients
-   call continuously (each with a cookie jar); the backend container most
-   of the channel's sessions are on is stopped. No call fails, every
-   session that was on it moves once to another backend with a fresh
-   cookie, the others stay, and no call stalls. Then the backend is taken
-   out of tether-control's file, and Envoy and the channel stop listing it.
+   call continuously (each with a cookie jar); the replica most of the
+   channel's sessions are on is stopped. No call fails, every session that
+   was on it moves once to another backend with a fresh cookie, the others
+   stay, and no call stalls. The replica left Docker's DNS: tether-control
+   drains its address, then removes it, and Envoy and the channel stop
+   listing it, with nobody editing a file.
+
+The backends are one compose service scaled to three (`backend`), which
+tether-control resolves through Docker's DNS; each replica answers with its
+host name, shown here as backend-N after its compose number.
 
 With TETHER_MTLS=1 the project is the mTLS variant
 (envoy-configs/docker-compose.mtls.yml): tether-control reads
@@ -57,6 +62,9 @@ ENVOY_CALLS = 100
 SLEEP_MS = 50
 # A call slower than this during the stop counts as a stall.
 STALL_S = 3.0
+# dns.drainOnRemoval in envoy-configs/compose/tether*.yaml: how long an
+# address that left the backends' name stays DRAINING.
+DNS_DRAIN_S = 5
 # The mTLS variant (docker-compose.mtls.yml).
 MTLS = os.environ.get("TETHER_MTLS") == "1"
 CONFIG_FILE = "tether-mtls.yaml" if MTLS else "tether.yaml"
@@ -109,11 +117,51 @@ class Stage:
         self.http_port = http_port
         self.admin_port = admin_port
         self.containers = containers
-        self.backends = {"%s.%d:8080" % (net, 10 + i): "backend-%d" % i for i in (1, 2, 3)}
-        self.addresses = {name: addr for addr, name in self.backends.items()}
+        # The backend service's replicas, found by their compose labels:
+        # address -> label (every address a replica ever had), label ->
+        # its current address, a replica's host name (the name it answers
+        # with) -> label.
+        self.project = os.environ.get("TETHER_COMPOSE_PROJECT", "")
+        self.backends = {}
+        self.addresses = {}
+        self.hostnames = {}
+        self.refresh_backends()
+
+    def refresh_backends(self):
+        """Reads the backend replicas (running or stopped) from Docker: each
+        is called backend-N after its compose number; returns the labels of
+        the running ones."""
+        ids = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=" + self.project,
+             "--filter", "label=com.docker.compose.service=backend"],
+            capture_output=True, text=True, timeout=30, check=True).stdout.split()
+        running = []
+        for info in (json.loads(subprocess.run(["docker", "inspect"] + ids, capture_output=True, text=True,
+                                               timeout=30, check=True).stdout) if ids else []):
+            host = info["Config"]["Hostname"]
+            label = self.hostnames.get(host)
+            if label is None:
+                label = "backend-%s" % info["Config"]["Labels"].get("com.docker.compose.container-number", "?")
+                # A replica created again under the number of one removed.
+                while label in self.hostnames.values():
+                    label += "'"
+                self.hostnames[host] = label
+            self.containers[label] = info["Id"]
+            self.addresses.pop(label, None)
+            if info["State"]["Running"]:
+                ips = [n["IPAddress"] for n in info["NetworkSettings"]["Networks"].values() if n["IPAddress"]]
+                if ips:
+                    self.addresses[label] = ips[0] + ":8080"
+                    self.backends[ips[0] + ":8080"] = label
+                    running.append(label)
+        return sorted(running)
 
     def name_at(self, address):
         return self.backends.get(address, address)
+
+    def label(self, name):
+        """A backend's label for the name it answers with (its host name)."""
+        return self.hostnames.get(name, name)
 
     def in_network(self, address):
         return address.startswith(self.net + ".") and not address.startswith("127.")
@@ -159,7 +207,7 @@ class Stage:
             resp.read()
             if client_cert is not None:
                 client_cert.append(resp.getheader("x-client-cert"))
-            return (resp.status, resp.getheader("x-backend", ""),
+            return (resp.status, self.label(resp.getheader("x-backend", "")),
                     session_value(resp.headers.get_all("set-cookie") or []))
         finally:
             conn.close()
@@ -178,7 +226,11 @@ class Stage:
         args += ["xds:///shop", str(calls)]
         if cookie:
             args.append("%s=%s" % (COOKIE, cookie))
-        return [json.loads(line) for line in self.run("grpcio-client", *args, stdin=stdin)]
+        lines = [json.loads(line) for line in self.run("grpcio-client", *args, stdin=stdin)]
+        for l in lines:
+            if "backend" in l:
+                l["backend"] = self.label(l["backend"])
+        return lines
 
     def admin(self, path):
         """The text of Envoy's admin page at `path`."""
@@ -453,6 +505,9 @@ class Session(threading.Thread):
             args = ["tether", "call", "xds:///" + self.vhost, METHOD, "--jar", "--count", str(self.expected),
                     "--timeout", "20", "--data", encode_request("sleep:%d" % SLEEP_MS).decode(),
                     "--keepalive-time", str(KEEPALIVE_S), "--keepalive-timeout", str(KEEPALIVE_S)]
+            if self.cookie:
+                # Starts in the jar: a fresh cookie replaces it.
+                args += ["--cookie", "%s=%s" % (COOKIE, self.cookie)]
             if os.environ.get("TETHER_STORY_LOG"):
                 args.append("-vv")
             service = "channel-client"
@@ -484,7 +539,7 @@ class Session(threading.Thread):
                 self.record(l["code"] == "OK", channel_backend(self.stage, l),
                             session_value(l.get("set_cookie", [])), l.get("message", ""))
             else:
-                self.record(l.get("code") == "OK", l.get("backend", ""),
+                self.record(l.get("code") == "OK", self.stage.label(l.get("backend", "")),
                             session_value(l.get("set_cookie", [])), l.get("message", ""))
         self.proc.wait()
         errors.seek(0)
@@ -625,7 +680,7 @@ def stop_mid_session(stage):
     latency = "; ".join("%s %.0f ms (median %.0f ms)" % (k, worst[k] * 1000, statistics.median(all_gaps[k]) * 1000)
                         for k in sorted(worst) if all_gaps.get(k))
 
-    # The container is gone now, its address still in the file: a browser
+    # The container is gone now, its address DRAINING for a while: a browser
     # coming back with an old cookie for it, and new browsers.
     old_cookie = on[0].answers[0][3]
     probes = []
@@ -656,26 +711,27 @@ def stop_mid_session(stage):
     step.row("Envoy's counters", "-", "%d failed connects (%d timed out), %d retries (%d OK), %d ejection(s)"
              % tuple(stats.values()))
 
-    # The operator's follow-up: the backend leaves tether-control's file.
-    path = os.path.join(stage.config_dir, CONFIG_FILE)
-    with open(path) as f:
-        text = f.read()
+    # No operator follow-up: the stopped replica left Docker's DNS, so
+    # tether-control serves its address DRAINING for drainOnRemoval, then
+    # removes it (its log says both).
     gone = stage.addresses[target]
-    text = "".join(l for l in text.splitlines(True) if gone not in l)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-    deadline = time.monotonic() + 15
+    ip = gone.rsplit(":", 1)[0]
+    deadline = time.monotonic() + DNS_DRAIN_S + 15
     envoy_left = channel_left = False
     while time.monotonic() < deadline and not (envoy_left and channel_left):
         envoy_left = envoy_left or gone not in stage.envoy_hosts()
         channel_left = channel_left or gone not in stage.channel_endpoints()
         time.sleep(0.2)
-    step.row("tether-control", "-", "%s removed from the file" % target,
-             "Envoy: %s; channel: %s" % ("gone" if envoy_left else "STILL LISTED",
-                                         "gone" if channel_left else "STILL LISTED"))
-    step.check(envoy_left and channel_left, "%s still listed after it left the file" % target)
+    control_log = subprocess.run(["docker", "logs", stage.containers["tether-control"]], capture_output=True,
+                                 text=True, timeout=30).stderr
+    drained = "%s left the answer: DRAINING" % ip in control_log
+    removed = "%s removed" % ip in control_log
+    step.row("tether-control", "-", "%s left the answer of `backend`: %s, %s" % (
+        target, "DRAINING" if drained else "NOT DRAINED", "removed" if removed else "NOT REMOVED"),
+        "Envoy: %s; channel: %s" % ("gone" if envoy_left else "STILL LISTED",
+                                    "gone" if channel_left else "STILL LISTED"))
+    step.check(drained and removed, "tether-control's log does not say %s drained and was removed" % ip)
+    step.check(envoy_left and channel_left, "%s still listed %.0f s after it left DNS" % (target, DNS_DRAIN_S + 15))
     step.verdict = ("%d/%d sessions on %s moved once with a fresh cookie, %d/%d others stayed, "
                     "%d failed of %d calls; the longest gap between a session's answers around the stop: %s"
                     % (moved, on_total, target, stayed, off_total, failed, calls, latency))

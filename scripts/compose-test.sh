@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs envoy-configs/docker-compose.yml for real and drives the demo's story
-# across its containers (scripts/compose-story.py): tether-control, three
-# backends, Envoy with the tether plugin, a tether::Channel client and a gRPC
-# C-core client, each with its own address on the compose network. Then the
-# fault cases (scripts/compose-faults.py) on the same project.
+# across its containers (scripts/compose-story.py): tether-control, a backend
+# service scaled to three replicas that it finds through Docker's DNS, Envoy
+# with the tether plugin, a tether::Channel client and a gRPC C-core client,
+# each with its own address on the compose network. Then the fault cases
+# (scripts/compose-faults.py) on the same project.
 #   scripts/compose-test.sh
 #   TETHER_FAULTS=3,4 scripts/compose-test.sh    only those fault cases, no story
 #   TETHER_STORY_LOG=1 ...                        the clients' logs with each session's row
@@ -81,6 +82,9 @@ if [ "${TETHER_MTLS:-}" = 1 ]; then
   export TETHER_MTLS
 fi
 compose() { "${compose_cmd[@]}" -p "$project" "${files[@]}" "$@"; }
+# The story and the fault cases scale the backends with it (no spaces in it).
+export TETHER_COMPOSE="${compose_cmd[*]} -p $project ${files[*]}"
+export TETHER_COMPOSE_PROJECT=$project
 passed=false
 cleanup() {
   local t
@@ -101,7 +105,9 @@ if ! out="$(compose up -d --no-build 2>&1)"; then
   exit 1
 fi
 containers=()
-for service in tether-control backend-1 backend-2 backend-3 envoy channel-client grpcio-client; do
+# The backends' replicas are found by the scripts (compose-story.py's Stage).
+[ "$(compose ps -q backend | wc -l)" = 3 ] || { say "not three backend replicas: $(compose ps backend)"; exit 1; }
+for service in tether-control envoy channel-client grpcio-client; do
   id="$(compose ps -q "$service")"
   [ -n "$id" ] || { say "no container for $service"; exit 1; }
   containers+=("$service=$id")

@@ -362,7 +362,9 @@ pub struct Drained {
 }
 
 /// Serves `name` on `listener` as a [`DualBackend`] does (HTTP/1.1 and
-/// gRPC, answers naming the backend and the listener's address) until
+/// gRPC, answers naming the backend and the listener's address, or the
+/// address a connection reached when the listener is bound to every
+/// address) until
 /// `shutdown` resolves, then drains: the listener is closed first, so new
 /// connections are refused at once, and every open connection is asked to
 /// finish (HTTP/2: GOAWAY, its streams in flight complete; HTTP/1.1: closed
@@ -385,7 +387,8 @@ pub async fn serve_dual(
     tls: Option<Arc<rustls::ServerConfig>>,
 ) -> std::io::Result<Drained> {
     let addr = listener.local_addr()?;
-    let service = DualService::new(name, addr, Arc::new(AtomicU64::new(0)));
+    let hits = Arc::new(AtomicU64::new(0));
+    let service = DualService::new(name, addr, hits.clone());
     let builder = auto::Builder::new(TokioExecutor::new());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     // Each connection's task holds a sender: all gone, all closed.
@@ -398,7 +401,14 @@ pub async fn serve_dual(
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let builder = builder.clone();
-                    let service = service.clone();
+                    // Bound to every address (a replica that does not know
+                    // its own): answers name the address this client reached.
+                    let service = match stream.local_addr() {
+                        Ok(local) if addr.ip().is_unspecified() => {
+                            DualService::new(name, local, hits.clone())
+                        }
+                        _ => service.clone(),
+                    };
                     let tls = tls.clone();
                     let mut stop = stop_rx.clone();
                     let alive = alive_tx.clone();

@@ -70,6 +70,8 @@ pub struct CallArgs {
     #[arg(long, value_name = "TEXT", default_value = "")]
     data: OsString,
     /// Sent as the `cookie` metadata on every call (e.g. a session cookie: NAME=VALUE).
+    /// With --jar the cookies start in the jar instead, so that one a response sets
+    /// replaces them, as in a browser that already had them.
     #[arg(long, value_name = "VALUE", value_parser = parse_cookie)]
     cookie: Option<String>,
     /// Keep the cookies responses set (Set-Cookie) across the calls of this run and send the
@@ -305,7 +307,18 @@ async fn calls(a: &CallArgs, channel: Channel) -> i32 {
         record: record.clone(),
     };
     if a.jar {
-        let service = CookieJarLayer::new(CookieJar::new()).layer(recorder);
+        let jar = CookieJar::new();
+        for pair in a.cookie.iter().flat_map(|c| c.split(';')) {
+            let pair = pair.trim();
+            if pair.is_empty() {
+                continue;
+            }
+            if let Err(e) = jar.insert_raw(&format!("{pair}; Path=/"), "/") {
+                eprintln!("tether: --cookie {pair:?}: {e}");
+                return 2;
+            }
+        }
+        let service = CookieJarLayer::new(jar).layer(recorder);
         run_calls(a, &channel, &record, service).await
     } else {
         run_calls(a, &channel, &record, recorder).await
@@ -335,7 +348,7 @@ where
         *lock(record) = Record::default();
         let mut request = tonic::Request::new(data.clone());
         let metadata = request.metadata_mut();
-        if let Some(cookie) = &a.cookie {
+        if let Some(cookie) = a.cookie.as_ref().filter(|_| !a.jar) {
             if let Some(v) = ascii_value(cookie) {
                 metadata.append("cookie", v);
             }

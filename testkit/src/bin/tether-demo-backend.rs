@@ -31,11 +31,13 @@ use tether_testkit::tls::server_config_from_files;
 #[derive(Debug, Parser)]
 #[command(name = "tether-demo-backend", version, about, long_about = None)]
 struct Args {
-    /// The name every answer carries (`x-backend`, the Echo reply's `backend`).
+    /// The name every answer carries (`x-backend`, the Echo reply's
+    /// `backend`); default: the host's name (a container's, for the
+    /// replicas of a scaled service, which share one command line).
     #[arg(long)]
-    name: String,
-    /// The address to listen on; answers name it, so give the container's own
-    /// address rather than 0.0.0.0.
+    name: Option<String>,
+    /// The address to listen on; answers name it. With 0.0.0.0 (or [::])
+    /// answers name the address each connection reached instead.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
     /// After SIGTERM, how long calls in flight may take to finish, in seconds.
@@ -71,9 +73,26 @@ fn seconds(text: &str) -> Result<f64, String> {
     }
 }
 
+/// The host's name: what a container's `/etc/hostname` holds (its ID
+/// unless the container was given a hostname), else `$HOSTNAME`.
+fn host_name() -> Option<String> {
+    let from_file = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned());
+    from_file
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     tether_testkit::init_program_logging();
+    let Some(name) = args.name.clone().or_else(host_name) else {
+        log::error!(
+            "--name: not given, and the host has no name (/etc/hostname and $HOSTNAME are empty)"
+        );
+        return ExitCode::from(2);
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -85,10 +104,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(args))
+    runtime.block_on(run(name, args))
 }
 
-async fn run(args: Args) -> ExitCode {
+async fn run(name: String, args: Args) -> ExitCode {
     use tokio::signal::unix::{signal, SignalKind};
     // Handlers first: as a container's PID 1 the process would otherwise
     // ignore SIGTERM and be killed 10 s later with its calls.
@@ -123,7 +142,7 @@ async fn run(args: Args) -> ExitCode {
     };
     log::info!(
         "{} serving HTTP/1.1 and gRPC (tether.demo.v1.Echo) on {}{}{}",
-        args.name,
+        name,
         args.listen,
         match (&tls, &args.tls_client_ca) {
             (None, _) => "",
@@ -146,7 +165,7 @@ async fn run(args: Args) -> ExitCode {
     let grace = Duration::from_secs_f64(args.grace);
     let max_age =
         (args.max_connection_age > 0.0).then(|| Duration::from_secs_f64(args.max_connection_age));
-    let drained = match serve_dual(&args.name, listener, shutdown, grace, max_age, tls).await {
+    let drained = match serve_dual(&name, listener, shutdown, grace, max_age, tls).await {
         Ok(d) => d,
         Err(e) => {
             log::error!("{}: {e}", args.listen);
