@@ -2,8 +2,9 @@
 //! off the ADS port, and read-only: nothing on it changes state.
 //! `GET /metrics` answers the control plane's metrics ([`crate::metrics`])
 //! in the OpenMetrics text format Prometheus scrapes; `GET /drain` the
-//! drain status of every DRAINING endpoint as JSON ([`crate::load`]);
-//! anything else is 404.
+//! drain status of every DRAINING endpoint, and of those lately removed by
+//! their service's `drain`, as JSON ([`crate::load`]); anything else is
+//! 404.
 
 use std::convert::Infallible;
 use std::future::Future;

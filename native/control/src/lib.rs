@@ -5,6 +5,8 @@
 //! - [`dns`]: endpoints written as `NAME:PORT`: resolving the names,
 //!   keeping the last good addresses through DNS trouble, draining the
 //!   addresses that leave an answer.
+//! - [`drain`]: removing DRAINING endpoints once idle or after
+//!   `maxDrain` (a service's `drain`).
 //! - [`fault`]: a route's fault injection (gRFC A33) and its `HTTPFault`.
 //! - [`load`]: what load reports say of draining endpoints (drain
 //!   readiness: busy, idle, unknown).
@@ -29,7 +31,9 @@
 
 pub mod admin;
 pub mod dns;
+pub mod drain;
 pub mod fault;
+pub mod fleet;
 pub mod load;
 pub mod lrs;
 pub mod metrics;

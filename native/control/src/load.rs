@@ -17,12 +17,24 @@
 //! endpoint's locality has traffic in its latest report: its figures
 //! cannot tell the endpoint from its neighbours. Pure state: the caller
 //! hands in every event and the time.
+//!
+//! For the services with a `drain` ([`crate::drain`]) it also keeps when
+//! each DRAINING endpoint's verdict turned `idle` (updated on every event,
+//! so an idle spell broken between two looks still counts as broken), says
+//! which are due for removal, and remembers the removed ones: kept out of
+//! EDS while they stay DRAINING, shown by the status for
+//! [`REMOVED_SHOWN`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+
+use crate::drain::{DrainPolicy, EndpointKey, RemovalReason};
+
+/// How long `GET /drain` shows an endpoint after its removal.
+pub const REMOVED_SHOWN: Duration = Duration::from_secs(600);
 
 /// A locality as reports name it: `region/zone/sub_zone`.
 pub type LocalityKey = String;
@@ -97,6 +109,38 @@ struct Client {
     node: String,
 }
 
+/// A DRAINING endpoint's drain.
+#[derive(Debug, Clone, Copy)]
+struct Drain {
+    /// When it went DRAINING.
+    since: Instant,
+    /// While its verdict is `idle` (tracked for services with a `drain`
+    /// only): since when without a break, the later of when the verdict
+    /// turned idle and the last use a report shows.
+    idle: Option<Instant>,
+}
+
+/// An endpoint removed by its service's `drain`.
+#[derive(Debug, Clone)]
+struct Removed {
+    /// When.
+    at: Instant,
+    /// Its status at that moment.
+    status: EndpointStatus,
+    /// Still DRAINING in what is translated: kept out of EDS. `false`:
+    /// gone from the file or DNS too, only shown.
+    held_out: bool,
+}
+
+/// A removal [`LoadState::take_due`] made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removal {
+    /// The endpoint.
+    pub endpoint: DrainingEndpoint,
+    /// Why.
+    pub reason: RemovalReason,
+}
+
 /// Every stream's load and holdings, and when each endpoint went DRAINING.
 #[derive(Debug, Default)]
 pub struct LoadState {
@@ -104,16 +148,39 @@ pub struct LoadState {
     holders: HashMap<u64, (Client, BTreeSet<String>)>,
     /// LRS streams: their node and what they reported, by service.
     reporters: HashMap<u64, (Client, HashMap<String, Reported>)>,
-    /// DRAINING endpoints and since when.
-    draining: BTreeMap<DrainingEndpoint, Instant>,
+    /// DRAINING endpoints served, since when and since when idle.
+    draining: BTreeMap<DrainingEndpoint, Drain>,
+    /// The services' `drain`, by EDS name.
+    policies: BTreeMap<String, DrainPolicy>,
+    /// Endpoints removed by their service's `drain`.
+    removed: BTreeMap<EndpointKey, Removed>,
+    /// A removal may have come due sooner than last said (see
+    /// [`LoadState::take_wake`]).
+    wake: bool,
+}
+
+/// What the reports say of one DRAINING endpoint.
+struct Assessment {
+    verdict: &'static str,
+    /// The drain's start or the last report showing it used, the later.
+    last_use: Instant,
+    clients: Vec<ClientStatus>,
 }
 
 /// The drain status's JSON (`GET /drain`): these names are a contract.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct DrainStatus {
+    /// What the verdicts cover: this replica's clients only (replicas share
+    /// nothing; `tether-control drain status` merges several).
+    pub scope: &'static str,
+    /// Clients connected to this replica now (ADS or LRS streams' nodes).
+    pub clients_connected: usize,
     /// Every DRAINING endpoint.
     pub endpoints: Vec<EndpointStatus>,
 }
+
+/// [`DrainStatus::scope`].
+pub const SCOPE: &str = "the clients connected to this tether-control replica";
 
 /// One DRAINING endpoint's status.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -122,7 +189,8 @@ pub struct EndpointStatus {
     pub cluster: String,
     /// `IP:PORT`.
     pub address: String,
-    /// Always `DRAINING` (the list holds draining endpoints only).
+    /// Always `DRAINING` (the list holds draining endpoints only; a
+    /// removed one is still DRAINING in the file or DNS).
     pub health: &'static str,
     /// `busy`, `idle` or `unknown`.
     pub verdict: &'static str,
@@ -132,6 +200,13 @@ pub struct EndpointStatus {
     pub draining_for_s: f64,
     /// Every client that holds its cluster.
     pub clients: Vec<ClientStatus>,
+    /// Removed from EDS by its service's `drain` (then every other figure
+    /// is as it was at the removal).
+    pub removed: bool,
+    /// Why it was removed: `idle for 30s` or `maxDrain 600s reached`.
+    pub removed_because: Option<String>,
+    /// Seconds since it was removed.
+    pub removed_for_s: Option<f64>,
 }
 
 /// One client's view of a draining endpoint.
@@ -155,13 +230,39 @@ impl LoadState {
     /// their drain at `now`, ones no longer draining are forgotten.
     pub fn set_draining(&mut self, endpoints: BTreeSet<DrainingEndpoint>, now: Instant) {
         self.draining.retain(|e, _| endpoints.contains(e));
+        // A new drain under a `drain` brings a maxDrain deadline.
+        let mut changed = false;
         for e in endpoints {
-            self.draining.entry(e).or_insert(now);
+            if self.draining.contains_key(&e) {
+                continue;
+            }
+            // A new drain of a removed endpoint (it was served again in
+            // between): the old removal is history.
+            self.removed.remove(&(e.service.clone(), e.address));
+            changed |= self.policies.contains_key(&e.service);
+            self.draining.insert(
+                e,
+                Drain {
+                    since: now,
+                    idle: None,
+                },
+            );
+        }
+        self.wake |= changed;
+        self.refresh_idle(now);
+    }
+
+    /// The services' `drain` (by EDS name), as the snapshot has them.
+    pub fn set_policies(&mut self, policies: BTreeMap<String, DrainPolicy>, now: Instant) {
+        if policies != self.policies {
+            self.policies = policies;
+            self.wake = true;
+            self.refresh_idle(now);
         }
     }
 
     /// ADS stream `stream` of `node` holds `services`' endpoints.
-    pub fn hold(&mut self, stream: u64, node: &str, services: BTreeSet<String>) {
+    pub fn hold(&mut self, stream: u64, node: &str, services: BTreeSet<String>, now: Instant) {
         self.holders.insert(
             stream,
             (
@@ -171,11 +272,13 @@ impl LoadState {
                 services,
             ),
         );
+        self.refresh_idle(now);
     }
 
     /// ADS stream `stream` ended.
-    pub fn release(&mut self, stream: u64) {
+    pub fn release(&mut self, stream: u64, now: Instant) {
         self.holders.remove(&stream);
+        self.refresh_idle(now);
     }
 
     /// LRS stream `stream` of `node` reported `report` for `service`.
@@ -217,21 +320,160 @@ impl LoadState {
             }
         }
         entry.report = report;
+        self.refresh_idle(now);
     }
 
     /// LRS stream `stream` ended: its client no longer reports.
-    pub fn stop_reporting(&mut self, stream: u64) {
+    pub fn stop_reporting(&mut self, stream: u64, now: Instant) {
         self.reporters.remove(&stream);
+        self.refresh_idle(now);
     }
 
-    /// Every DRAINING endpoint's verdict at `now`.
+    /// Every DRAINING endpoint's verdict at `now`, then the endpoints
+    /// removed in the last [`REMOVED_SHOWN`].
     pub fn status(&self, now: Instant) -> DrainStatus {
-        let endpoints = self
+        let mut endpoints: Vec<EndpointStatus> = self
             .draining
             .iter()
-            .map(|(e, since)| self.endpoint_status(e, *since, now))
+            .map(|(e, d)| self.endpoint_status(e, d.since, now))
             .collect();
-        DrainStatus { endpoints }
+        endpoints.extend(
+            self.removed
+                .values()
+                .filter(|r| now.saturating_duration_since(r.at) < REMOVED_SHOWN)
+                .map(|r| EndpointStatus {
+                    removed_for_s: Some(seconds(now.saturating_duration_since(r.at))),
+                    ..r.status.clone()
+                }),
+        );
+        let nodes: BTreeSet<&str> = self
+            .holders
+            .values()
+            .map(|(c, _)| c.node.as_str())
+            .chain(self.reporters.values().map(|(c, _)| c.node.as_str()))
+            .collect();
+        DrainStatus {
+            scope: SCOPE,
+            clients_connected: nodes.len(),
+            endpoints,
+        }
+    }
+
+    /// Whether a removal may have come due sooner than
+    /// [`LoadState::next_deadline`] last said (a verdict turned idle, a
+    /// drain began, a `drain` changed); clears it.
+    pub fn take_wake(&mut self) -> bool {
+        std::mem::take(&mut self.wake)
+    }
+
+    /// The next instant a served DRAINING endpoint is due for removal if
+    /// nothing changes.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.draining
+            .iter()
+            .filter_map(|(e, d)| {
+                let policy = self.policies.get(&e.service)?;
+                Some(policy.deadline(d.since, d.idle)?.0)
+            })
+            .min()
+    }
+
+    /// Removes the served DRAINING endpoints due at `now`: each leaves the
+    /// draining ones for the removed ones (kept out of EDS, see
+    /// [`LoadState::held_out`]), its status as it was.
+    pub fn take_due(&mut self, now: Instant) -> Vec<Removal> {
+        let due: Vec<Removal> = self
+            .draining
+            .iter()
+            .filter_map(|(e, d)| {
+                let reason = self.policies.get(&e.service)?.due(d.since, d.idle, now)?;
+                Some(Removal {
+                    endpoint: e.clone(),
+                    reason,
+                })
+            })
+            .collect();
+        for r in &due {
+            let e = &r.endpoint;
+            let Some(d) = self.draining.remove(e) else {
+                continue;
+            };
+            let mut status = self.endpoint_status(e, d.since, now);
+            status.removed = true;
+            status.removed_because = Some(r.reason.to_string());
+            self.removed.insert(
+                (e.service.clone(), e.address),
+                Removed {
+                    at: now,
+                    status,
+                    held_out: true,
+                },
+            );
+        }
+        due
+    }
+
+    /// The services whose endpoints [`LoadState::keep_removed`] reads:
+    /// those with a `drain`, and those with removed endpoints.
+    pub fn drain_services(&self) -> BTreeSet<String> {
+        self.policies
+            .keys()
+            .cloned()
+            .chain(self.removed.keys().map(|(s, _)| s.clone()))
+            .collect()
+    }
+
+    /// Updates the removed endpoints from what is translated now
+    /// (`endpoints`, with whether each is DRAINING, for
+    /// [`LoadState::drain_services`]): one still DRAINING, in a service
+    /// that still has a `drain`, stays out of EDS; one served otherwise
+    /// (HEALTHY again, or its service's `drain` gone) is forgotten and
+    /// served; one gone from the file or DNS is only shown, until
+    /// [`REMOVED_SHOWN`] after its removal.
+    pub fn keep_removed(&mut self, endpoints: &BTreeMap<EndpointKey, bool>, now: Instant) {
+        let policies = &self.policies;
+        self.removed.retain(|key, r| match endpoints.get(key) {
+            Some(true) if policies.contains_key(&key.0) => true,
+            Some(_) => false,
+            None => {
+                r.held_out = false;
+                now.saturating_duration_since(r.at) < REMOVED_SHOWN
+            }
+        });
+    }
+
+    /// The removed endpoints kept out of EDS.
+    pub fn held_out(&self) -> BTreeSet<EndpointKey> {
+        self.removed
+            .iter()
+            .filter(|(_, r)| r.held_out)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Updates when each DRAINING endpoint of a service with a `drain`
+    /// turned idle, after an event at `now`.
+    fn refresh_idle(&mut self, now: Instant) {
+        if self.policies.is_empty() {
+            return;
+        }
+        let idle: Vec<Option<Instant>> = self
+            .draining
+            .iter()
+            .map(|(e, d)| {
+                if !self.policies.contains_key(&e.service) {
+                    return None;
+                }
+                let a = self.assess(e, d.since);
+                (a.verdict == "idle").then(|| d.idle.unwrap_or(now).max(a.last_use))
+            })
+            .collect();
+        for (d, idle) in self.draining.values_mut().zip(idle) {
+            if d.idle != idle {
+                d.idle = idle;
+                self.wake = true;
+            }
+        }
     }
 
     fn endpoint_status(
@@ -240,6 +482,25 @@ impl LoadState {
         since: Instant,
         now: Instant,
     ) -> EndpointStatus {
+        let a = self.assess(e, since);
+        EndpointStatus {
+            cluster: e.service.clone(),
+            address: e.address.to_string(),
+            health: "DRAINING",
+            verdict: a.verdict,
+            idle_for_s: (a.verdict == "idle")
+                .then(|| seconds(now.saturating_duration_since(a.last_use))),
+            draining_for_s: seconds(now.saturating_duration_since(since)),
+            clients: a.clients,
+            removed: false,
+            removed_because: None,
+            removed_for_s: None,
+        }
+    }
+
+    /// The verdict on `e`, DRAINING since `since`, from what its holders
+    /// report.
+    fn assess(&self, e: &DrainingEndpoint, since: Instant) -> Assessment {
         // One entry per node: a node with several streams counts once,
         // with the freshest report.
         let nodes: BTreeSet<&str> = self
@@ -312,14 +573,9 @@ impl LoadState {
         } else {
             "idle"
         };
-        EndpointStatus {
-            cluster: e.service.clone(),
-            address: e.address.to_string(),
-            health: "DRAINING",
+        Assessment {
             verdict,
-            idle_for_s: (verdict == "idle")
-                .then(|| seconds(now.saturating_duration_since(last_use))),
-            draining_for_s: seconds(now.saturating_duration_since(since)),
+            last_use,
             clients,
         }
     }
@@ -382,8 +638,8 @@ mod tests {
         let t0 = Instant::now();
         let at = |s: u64| t0 + Duration::from_secs(s);
         let mut s = LoadState::default();
-        s.hold(1, "envoy-1", BTreeSet::from(["shop".to_owned()]));
-        s.hold(2, "grpc-1", BTreeSet::from(["shop".to_owned()]));
+        s.hold(1, "envoy-1", BTreeSet::from(["shop".to_owned()]), t0);
+        s.hold(2, "grpc-1", BTreeSet::from(["shop".to_owned()]), t0);
         s.set_draining(BTreeSet::from([draining()]), at(0));
         // Nobody reported since: unknown, never idle.
         assert_eq!(verdict(&s, at(1)).0, "unknown");
@@ -407,8 +663,8 @@ mod tests {
     fn a_client_that_does_not_report_keeps_it_unknown_until_its_stream_ends() {
         let t0 = Instant::now();
         let mut s = LoadState::default();
-        s.hold(1, "envoy-1", BTreeSet::from(["shop".to_owned()]));
-        s.hold(2, "silent", BTreeSet::from(["shop".to_owned()]));
+        s.hold(1, "envoy-1", BTreeSet::from(["shop".to_owned()]), t0);
+        s.hold(2, "silent", BTreeSet::from(["shop".to_owned()]), t0);
         s.set_draining(BTreeSet::from([draining()]), t0);
         s.report(
             10,
@@ -420,13 +676,13 @@ mod tests {
         let st = s.status(t0 + Duration::from_secs(2));
         assert_eq!(st.endpoints[0].verdict, "unknown");
         assert_eq!(st.endpoints[0].clients[1].state, "not reporting");
-        s.release(2);
+        s.release(2, t0 + Duration::from_secs(2));
         assert_eq!(
             verdict(&s, t0 + Duration::from_secs(2)),
             ("idle", Some(2.0))
         );
         // A reporter whose LRS stream ends is not reporting any more.
-        s.stop_reporting(10);
+        s.stop_reporting(10, t0 + Duration::from_secs(3));
         assert_eq!(verdict(&s, t0 + Duration::from_secs(3)).0, "unknown");
     }
 
@@ -460,5 +716,145 @@ mod tests {
             s.status(t0 + Duration::from_secs(6)).endpoints[0].draining_for_s,
             1.0
         );
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    fn policy(
+        remove_when_idle: Option<u64>,
+        max_drain: Option<u64>,
+    ) -> BTreeMap<String, DrainPolicy> {
+        BTreeMap::from([(
+            "shop".to_owned(),
+            DrainPolicy {
+                remove_when_idle: remove_when_idle.map(secs),
+                max_drain: max_drain.map(secs),
+            },
+        )])
+    }
+
+    fn key() -> EndpointKey {
+        ("shop".to_owned(), B.parse().unwrap())
+    }
+
+    #[test]
+    fn idle_removal_needs_an_unbroken_idle_spell_that_unknown_and_busy_break() {
+        let t0 = Instant::now();
+        let at = |n: u64| t0 + secs(n);
+        let mut s = LoadState::default();
+        s.set_policies(policy(Some(10), None), at(0));
+        s.hold(1, "envoy-1", BTreeSet::from(["shop".to_owned()]), at(0));
+        s.set_draining(BTreeSet::from([draining()]), at(0));
+        assert!(s.take_wake(), "a drain began");
+        // No report since the drain: unknown, never due.
+        assert_eq!(s.next_deadline(), None);
+        assert!(s.take_due(at(1000)).is_empty());
+        s.report(10, "envoy-1", "shop", per_endpoint(3), at(2));
+        assert_eq!(s.next_deadline(), None, "busy");
+        // Idle from the report that says so.
+        s.report(10, "envoy-1", "shop", per_endpoint(0), at(4));
+        assert!(s.take_wake(), "it turned idle");
+        assert_eq!(s.next_deadline(), Some(at(14)));
+        assert!(s.take_due(at(13)).is_empty());
+        // Busy again, then idle: the spell starts over.
+        s.report(10, "envoy-1", "shop", per_endpoint(1), at(8));
+        s.report(10, "envoy-1", "shop", per_endpoint(0), at(9));
+        assert_eq!(s.next_deadline(), Some(at(19)));
+        // A client that holds the cluster without reporting breaks it too,
+        // even if it leaves before anyone looks.
+        s.hold(2, "silent", BTreeSet::from(["shop".to_owned()]), at(11));
+        assert_eq!(s.status(at(11)).endpoints[0].verdict, "unknown");
+        s.release(2, at(12));
+        assert_eq!(s.next_deadline(), Some(at(22)));
+        assert!(s.take_due(at(21)).is_empty());
+        let removed = s.take_due(at(22));
+        assert_eq!(
+            removed,
+            vec![Removal {
+                endpoint: draining(),
+                reason: RemovalReason::Idle(secs(10)),
+            }]
+        );
+        assert_eq!(s.held_out(), BTreeSet::from([key()]));
+        assert_eq!(s.next_deadline(), None);
+        // Shown as removed, its figures as they were then (idle_for_s
+        // counts from the last busy report, at 8 s).
+        let st = &s.status(at(25)).endpoints[0];
+        assert!(st.removed, "{st:?}");
+        assert_eq!(st.removed_because.as_deref(), Some("idle for 10s"));
+        assert_eq!(st.removed_for_s, Some(3.0));
+        assert_eq!((st.verdict, st.idle_for_s), ("idle", Some(14.0)));
+        assert_eq!(st.draining_for_s, 22.0);
+    }
+
+    #[test]
+    fn max_drain_removes_whatever_the_verdict() {
+        let t0 = Instant::now();
+        let at = |n: u64| t0 + secs(n);
+        let mut s = LoadState::default();
+        s.set_policies(policy(Some(5), Some(60)), at(0));
+        s.hold(1, "silent", BTreeSet::from(["shop".to_owned()]), at(0));
+        s.hold(2, "envoy-1", BTreeSet::from(["shop".to_owned()]), at(0));
+        s.set_draining(BTreeSet::from([draining()]), at(0));
+        s.report(10, "envoy-1", "shop", per_endpoint(2), at(30));
+        assert_eq!(s.status(at(30)).endpoints[0].verdict, "busy");
+        assert_eq!(s.next_deadline(), Some(at(60)));
+        assert!(s.take_due(at(59)).is_empty());
+        let removed = s.take_due(at(60));
+        assert_eq!(removed[0].reason, RemovalReason::MaxDrain(secs(60)));
+        let st = &s.status(at(60)).endpoints[0];
+        assert_eq!(st.removed_because.as_deref(), Some("maxDrain 60s reached"));
+        assert_eq!(st.verdict, "busy");
+        // A service without a drain keeps its DRAINING endpoints.
+        let mut other = LoadState::default();
+        other.set_draining(BTreeSet::from([draining()]), at(0));
+        assert_eq!(other.next_deadline(), None);
+        assert!(other.take_due(at(1_000_000)).is_empty());
+        assert!(!other.take_wake(), "nothing to remove, nothing to wake");
+    }
+
+    #[test]
+    fn a_removed_endpoint_stays_out_while_draining_and_is_served_once_it_is_not() {
+        let t0 = Instant::now();
+        let at = |n: u64| t0 + secs(n);
+        let removed_at = |s: &mut LoadState, n: u64| {
+            s.set_policies(policy(None, Some(1)), at(n));
+            s.set_draining(BTreeSet::from([draining()]), at(n));
+            assert_eq!(s.take_due(at(n + 1)).len(), 1);
+            // What the control plane then serves: without it.
+            s.set_draining(BTreeSet::new(), at(n + 1));
+        };
+        let mut s = LoadState::default();
+        removed_at(&mut s, 0);
+        // Still DRAINING in the file: kept out.
+        let draining_in_file = BTreeMap::from([(key(), true)]);
+        s.keep_removed(&draining_in_file, at(100));
+        assert_eq!(s.held_out(), BTreeSet::from([key()]));
+        // HEALTHY again: served, the removal forgotten.
+        s.keep_removed(&BTreeMap::from([(key(), false)]), at(101));
+        assert!(s.held_out().is_empty());
+        assert!(s.status(at(101)).endpoints.is_empty());
+        // The service's drain goes: served again too.
+        removed_at(&mut s, 200);
+        s.set_policies(BTreeMap::new(), at(202));
+        s.keep_removed(&draining_in_file, at(202));
+        assert!(s.held_out().is_empty());
+        // Gone from the file (or DNS): nothing to keep out, shown for a
+        // while, then forgotten.
+        removed_at(&mut s, 300);
+        s.keep_removed(&BTreeMap::new(), at(302));
+        assert!(s.held_out().is_empty());
+        assert!(s.status(at(302)).endpoints[0].removed);
+        let later = at(301) + REMOVED_SHOWN;
+        assert!(s.status(later).endpoints.is_empty());
+        s.keep_removed(&BTreeMap::new(), later);
+        assert!(s.drain_services().iter().all(|svc| svc == "shop"));
+        // Back, and DRAINING anew: a new drain, the old removal history.
+        s.set_draining(BTreeSet::from([draining()]), later);
+        let st = s.status(later).endpoints;
+        assert_eq!(st.len(), 1);
+        assert!(!st[0].removed);
     }
 }

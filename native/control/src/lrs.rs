@@ -160,7 +160,7 @@ async fn run(
     if let Some((id, _)) = &node {
         log::info!("load reports from node {id:?} ended");
     }
-    plane.load(|l| l.stop_reporting(stream));
+    plane.load(|l| l.stop_reporting(stream, Instant::now()));
 }
 
 /// Records what `request` reports of each service: a service's clusters

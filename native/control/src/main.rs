@@ -5,16 +5,20 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use tether_control::{Overrides, Reload, Reloader};
 
 /// tether's xDS control plane.
 #[derive(Debug, Parser)]
 #[command(name = "tether-control", version, about, long_about = None)]
+#[command(subcommand_negates_reqs = true, args_conflicts_with_subcommands = true)]
 struct Args {
+    /// What to do instead of serving.
+    #[command(subcommand)]
+    command: Option<Command>,
     /// The configuration file (YAML; see the tether-control README).
-    #[arg(long, short = 'c', value_name = "FILE")]
-    config: PathBuf,
+    #[arg(long, short = 'c', value_name = "FILE", required = true)]
+    config: Option<PathBuf>,
     /// Address to serve ADS on (port 0 picks a free port; the address is
     /// printed on stdout as `listening on <addr>`).
     #[arg(long, default_value = "127.0.0.1:18000")]
@@ -51,8 +55,41 @@ struct Args {
     verbose: bool,
 }
 
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Drain readiness across replicas.
+    #[command(subcommand)]
+    Drain(DrainCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum DrainCommand {
+    /// Every DRAINING endpoint's verdict from the admin listeners of every
+    /// replica serving the file, merged: idle only when idle on all of them.
+    /// Exits 0 when every replica answered, 1 otherwise.
+    Status {
+        /// A replica's admin listener (its --admin); repeat for each replica.
+        #[arg(long, value_name = "ADDR", required = true)]
+        admin: Vec<SocketAddr>,
+        /// Print the merged status as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// How long to wait for each replica, in seconds.
+        #[arg(long, default_value_t = 5.0)]
+        timeout: f64,
+    },
+}
+
 fn main() {
     let args = Args::parse();
+    if let Some(Command::Drain(DrainCommand::Status {
+        admin,
+        json,
+        timeout,
+    })) = &args.command
+    {
+        std::process::exit(drain_status(admin, *json, *timeout));
+    }
     // Plain stderr lines with millisecond timestamps; RUST_LOG overrides.
     let level = if args.verbose {
         log::LevelFilter::Info
@@ -78,11 +115,55 @@ fn main() {
     std::process::exit(runtime.block_on(run(args)));
 }
 
+/// `tether-control drain status`.
+fn drain_status(admins: &[SocketAddr], json: bool, timeout: f64) -> i32 {
+    let timeout = match Duration::try_from_secs_f64(timeout) {
+        Ok(t) if !t.is_zero() => t,
+        _ => {
+            eprintln!("tether-control: --timeout {timeout}: not a positive number of seconds");
+            return 2;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("tether-control: cannot start the runtime: {e}");
+            return 1;
+        }
+    };
+    let replicas = runtime.block_on(tether_control::fleet::ask(admins, timeout));
+    let endpoints = tether_control::fleet::merge(&replicas);
+    if json {
+        let doc = serde_json::json!({
+            "replicas": replicas.iter().map(|r| serde_json::json!({
+                "admin": r.admin,
+                "error": r.answer.as_ref().err(),
+            })).collect::<Vec<_>>(),
+            "endpoints": endpoints,
+        });
+        println!("{doc:#}");
+    } else {
+        print!("{}", tether_control::fleet::render(&replicas, &endpoints));
+    }
+    if replicas.iter().all(|r| r.answer.is_ok()) {
+        0
+    } else {
+        1
+    }
+}
+
 async fn run(args: Args) -> i32 {
+    let Some(config) = args.config.clone() else {
+        eprintln!("tether-control: --config is required");
+        return 2;
+    };
     let overrides = Overrides {
         plugin_filename: args.plugin.as_ref().map(|p| p.display().to_string()),
     };
-    let (plane, reloader) = match Reloader::start_with(&args.config, overrides) {
+    let (plane, reloader) = match Reloader::start_with(&config, overrides) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("tether-control: {e}");
@@ -156,7 +237,7 @@ async fn run(args: Args) -> i32 {
     }
     log::info!(
         "serving {} version {} on {addr}",
-        args.config.display(),
+        config.display(),
         plane.snapshot().version
     );
     let shutdown = async {

@@ -1,8 +1,9 @@
 //! tether-control's own metrics, for Prometheus: the clients connected by
 //! node and kind, pushes and ACK/NACK counts per resource type, the version
-//! each client ACKed, file reloads and rejected files, and the DNS names'
-//! figures. Encoded in the OpenMetrics text format (which Prometheus
-//! scrapes) by the admin listener's `/metrics` ([`crate::admin`]).
+//! each client ACKed, file reloads and rejected files, the DNS names'
+//! figures, and the DRAINING endpoints removed by their service's `drain`.
+//! Encoded in the OpenMetrics text format (which Prometheus scrapes) by
+//! the admin listener's `/metrics` ([`crate::admin`]).
 //!
 //! Label values that come from the network are bounded: a node ID is a
 //! label only while its stream is open, and at most [`MAX_NODES`] distinct
@@ -50,6 +51,12 @@ struct AckedLabels {
     resource_type: &'static str,
 }
 
+/// Why a DRAINING endpoint was removed (`idle`, `max_drain`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DrainRemovalLabels {
+    reason: &'static str,
+}
+
 /// A reload's outcome.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
@@ -72,6 +79,7 @@ pub struct Metrics {
     dns_draining: Gauge,
     dns_in_outage: Gauge,
     dns_failures: Gauge,
+    drain_removals: Family<DrainRemovalLabels, Counter>,
     /// Node IDs in use as label values, with their open streams.
     nodes: Arc<Mutex<NodeLabels>>,
 }
@@ -246,6 +254,16 @@ impl Metrics {
             "Failed resolutions of the names in use, summed over the names",
             dns_failures.clone(),
         );
+        let drain_removals = Family::<DrainRemovalLabels, Counter>::default();
+        registry.register(
+            "drain_removals",
+            "DRAINING endpoints removed from EDS by their service's drain, by reason (idle, max_drain)",
+            drain_removals.clone(),
+        );
+        // Both series exist from the start, at zero.
+        for reason in ["idle", "max_drain"] {
+            let _ = drain_removals.get_or_create(&DrainRemovalLabels { reason });
+        }
         Metrics {
             registry: Arc::new(registry),
             clients,
@@ -260,6 +278,7 @@ impl Metrics {
             dns_draining,
             dns_in_outage,
             dns_failures,
+            drain_removals,
             nodes: Arc::default(),
         }
     }
@@ -303,6 +322,14 @@ impl Metrics {
     pub fn reloaded(&self, published: bool) {
         let result = if published { "published" } else { "rejected" };
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// A DRAINING endpoint was removed from EDS, for `reason` (`idle`,
+    /// `max_drain`).
+    pub fn drain_removed(&self, reason: &'static str) {
+        self.drain_removals
+            .get_or_create(&DrainRemovalLabels { reason })
+            .inc();
     }
 
     /// Where the DNS names stand now.

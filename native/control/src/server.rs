@@ -6,12 +6,16 @@
 //! all), only the changed ones for RDS and EDS (a client keeps the others,
 //! with the version it got them in). The node's `user_agent_name` chooses the flavor: `envoy`
 //! gets Envoy's resources (its own when `envoy.nodes` lists its node ID),
-//! anything else the proxyless ones.
+//! anything else the proxyless ones. What is published is served without
+//! the DRAINING endpoints their service's `drain` removed
+//! ([`crate::drain`]); [`ControlPlane::enforce_drains`] removes the ones
+//! that come due.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
 
 use envoy_types::pb::envoy::service::discovery::v3::{
     aggregated_discovery_service_server::{
@@ -24,7 +28,8 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::load::{DrainStatus, LoadState};
+use super::drain::{endpoints_of, leave_out};
+use super::load::{DrainStatus, LoadState, Removal};
 use super::lrs::{draining_endpoints, LrsService};
 use super::metrics::{ClientGuard, Metrics};
 use super::translate::{Flavor, Translated};
@@ -67,6 +72,13 @@ pub struct ControlPlane {
     load: Arc<Mutex<LoadState>>,
     /// Numbers ADS and LRS streams.
     streams: Arc<AtomicU64>,
+    /// The resources last published, before the removed DRAINING
+    /// endpoints were left out, while a service has a `drain` or an
+    /// endpoint is kept out (a removal serves them again); held while
+    /// publishing.
+    full: Arc<Mutex<Option<Translated>>>,
+    /// Woken when a removal may have come due sooner.
+    drain_wake: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -82,7 +94,7 @@ impl ControlPlane {
     pub fn new(resources: Translated) -> Self {
         let (tx, _) = watch::channel(Arc::new(Snapshot {
             version: 1,
-            resources,
+            resources: Translated::default(),
         }));
         let plane = ControlPlane {
             tx: Arc::new(tx),
@@ -90,7 +102,14 @@ impl ControlPlane {
             metrics: Metrics::new(),
             load: Arc::default(),
             streams: Arc::default(),
+            full: Arc::default(),
+            drain_wake: Arc::default(),
         };
+        let served = plane.adopt(&mut plane.full(), resources, Instant::now());
+        plane.tx.send_replace(Arc::new(Snapshot {
+            version: 1,
+            resources: served,
+        }));
         plane.track_draining();
         plane
     }
@@ -99,17 +118,98 @@ impl ControlPlane {
     /// DRAINING, forgets those it no longer does.
     fn track_draining(&self) {
         let draining = draining_endpoints(&self.snapshot());
-        self.load(|l| l.set_draining(draining, std::time::Instant::now()));
+        self.load(|l| l.set_draining(draining, Instant::now()));
     }
 
-    /// Runs `f` on the load state.
+    /// Runs `f` on the load state (waking the drain timer when a removal
+    /// may have come due sooner).
     pub(crate) fn load<T>(&self, f: impl FnOnce(&mut LoadState) -> T) -> T {
-        f(&mut self.load.lock().unwrap_or_else(PoisonError::into_inner))
+        let mut state = self.load.lock().unwrap_or_else(PoisonError::into_inner);
+        let out = f(&mut state);
+        if state.take_wake() {
+            self.drain_wake.notify_one();
+        }
+        out
     }
 
-    /// Every DRAINING endpoint's drain verdict now (`GET /drain`).
+    /// Every DRAINING endpoint's drain verdict now, and the endpoints
+    /// lately removed by their service's `drain` (`GET /drain`).
     pub fn drain_status(&self) -> DrainStatus {
-        self.load(|l| l.status(std::time::Instant::now()))
+        self.load(|l| l.status(Instant::now()))
+    }
+
+    /// Removes from EDS the DRAINING endpoints due for removal at `now`
+    /// (see [`crate::drain`]), publishing the ClusterLoadAssignments
+    /// without them; logs and counts each. Returns them.
+    pub fn enforce_drains(&self, now: Instant) -> Vec<Removal> {
+        let mut full = self.full();
+        let due = self.load(|l| l.take_due(now));
+        if due.is_empty() {
+            return due;
+        }
+        // Policies, hence removals, come with resources kept in `full`.
+        let Some(resources) = full.take() else {
+            return due;
+        };
+        let served = self.adopt(&mut full, resources, now);
+        let version = self.send(served);
+        for r in &due {
+            log::info!(
+                "service {:?}: DRAINING endpoint {} removed from EDS ({}), serving version {version}",
+                r.endpoint.service,
+                r.endpoint.address,
+                r.reason
+            );
+            self.metrics.drain_removed(r.reason.label());
+        }
+        due
+    }
+
+    /// The next instant a DRAINING endpoint is due for removal, if nothing
+    /// changes.
+    pub fn next_drain_deadline(&self) -> Option<Instant> {
+        self.load(|l| l.next_deadline())
+    }
+
+    /// Notified when a removal may have come due sooner than
+    /// [`ControlPlane::next_drain_deadline`] said (a verdict turned idle,
+    /// a drain began, a service's `drain` changed).
+    pub fn drain_wake(&self) -> Arc<tokio::sync::Notify> {
+        self.drain_wake.clone()
+    }
+
+    /// What to serve of `resources`, published at `now`: the removed
+    /// DRAINING endpoints still DRAINING there left out. `resources` are
+    /// kept in `full` while a service has a `drain` or an endpoint is kept
+    /// out; else they are served as they are, without a copy.
+    fn adopt(
+        &self,
+        full: &mut Option<Translated>,
+        resources: Translated,
+        now: Instant,
+    ) -> Translated {
+        let held_out = self.load(|l| {
+            l.set_policies(resources.drain.clone(), now);
+            let services = l.drain_services();
+            if services.is_empty() {
+                return Default::default();
+            }
+            let endpoints =
+                endpoints_of(&resources, &services.iter().map(String::as_str).collect());
+            l.keep_removed(&endpoints, now);
+            l.held_out()
+        });
+        if resources.drain.is_empty() && held_out.is_empty() {
+            *full = None;
+            return resources;
+        }
+        let served = leave_out(resources.clone(), &held_out);
+        *full = Some(resources);
+        served
+    }
+
+    fn full(&self) -> std::sync::MutexGuard<'_, Option<Translated>> {
+        self.full.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A new stream's number.
@@ -128,8 +228,18 @@ impl ControlPlane {
     }
 
     /// Publishes new resources; returns the version now served (unchanged
-    /// when the resources are the same).
+    /// when the resources are the same). DRAINING endpoints removed by
+    /// their service's `drain` stay out while they are DRAINING in
+    /// `resources`.
     pub fn publish(&self, resources: Translated) -> u64 {
+        let mut full = self.full();
+        let served = self.adopt(&mut full, resources, Instant::now());
+        self.send(served)
+    }
+
+    /// Serves `resources` (what [`ControlPlane::adopt`] made); returns
+    /// the version.
+    fn send(&self, resources: Translated) -> u64 {
         let mut version = 0;
         let changed = self.tx.send_if_modified(|cur| {
             if cur.resources == resources {
@@ -273,7 +383,7 @@ impl AdsStream {
     async fn run(mut self, mut inbound: Streaming<DiscoveryRequest>) {
         self.serve(&mut inbound).await;
         let id = self.id;
-        self.plane.load(|l| l.release(id));
+        self.plane.load(|l| l.release(id, Instant::now()));
     }
 
     async fn serve(&mut self, inbound: &mut Streaming<DiscoveryRequest>) {
@@ -365,7 +475,7 @@ impl AdsStream {
         sub.names = names;
         if changed && req.type_url == ResourceKind::Endpoints.type_url() {
             let (id, node, held) = (self.id, self.node_id.clone(), sub.names.clone());
-            self.plane.load(|l| l.hold(id, &node, held));
+            self.plane.load(|l| l.hold(id, &node, held, Instant::now()));
         }
         if changed {
             self.respond(&req.type_url, true).await

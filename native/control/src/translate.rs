@@ -93,6 +93,7 @@ use tether_xds::resource::typed_struct::TypedStruct;
 use tether_xds::resource::{pack, ResourceKind};
 
 use crate::dns::Resolved;
+use crate::drain::DrainPolicy;
 use crate::model::AddressField;
 
 use crate::fault::FAULT_FILTER;
@@ -226,6 +227,9 @@ pub struct Translated {
     /// The services whose clients report load (`loadReporting`), by EDS
     /// name, with the interval they report at.
     pub load_reporting: BTreeMap<String, Duration>,
+    /// The services whose DRAINING endpoints are removed (`drain`), by
+    /// EDS name.
+    pub drain: BTreeMap<String, DrainPolicy>,
 }
 
 impl Translated {
@@ -315,6 +319,11 @@ fn translate_for(config: &Config, resolved: &Resolved) -> Translated {
             .services
             .iter()
             .filter_map(|s| Some((s.name.clone(), s.load_reporting?.interval.0)))
+            .collect(),
+        drain: config
+            .services
+            .iter()
+            .filter_map(|s| Some((s.name.clone(), DrainPolicy::from(s.drain.as_ref()?))))
             .collect(),
         ..Translated::default()
     };

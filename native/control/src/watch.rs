@@ -5,7 +5,8 @@
 //! The endpoints' DNS names are resolved here too: a new name before its
 //! file is served (one that does not resolve rejects the file, naming the
 //! field and the answer), then each when it is due, the file translated
-//! again when an address changed.
+//! again when an address changed. The run loop also removes DRAINING
+//! endpoints whose service's `drain` says so, when they come due.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -367,10 +368,13 @@ impl Reloader {
     /// now: the file was just loaded) and reloads on SIGHUP, forever,
     /// reporting each outcome to `report`; resolves the endpoints' names
     /// when they are due (their TTL within `dns.minRefresh` and
-    /// `dns.maxRefresh`) and publishes their changes. The SIGHUP handler is
-    /// installed before this returns, so a signal sent once it has returned
-    /// is never lost (nor, by default, fatal). Must be called within a
-    /// Tokio runtime.
+    /// `dns.maxRefresh`) and publishes their changes; removes DRAINING
+    /// endpoints from EDS when their service's `drain` says
+    /// ([`ControlPlane::enforce_drains`]), woken by a timer for the next
+    /// removal due and by any event that may bring one sooner. The SIGHUP
+    /// handler is installed before this returns, so a signal sent once it
+    /// has returned is never lost (nor, by default, fatal). Must be called
+    /// within a Tokio runtime.
     pub fn run(
         mut self,
         interval: Duration,
@@ -390,19 +394,41 @@ impl Reloader {
                         None => std::future::pending().await,
                     }
                 };
+                // Removals run on the load state's clock (std's); a verdict
+                // that turns idle, or a drain that begins, wakes the loop
+                // to look again.
+                let drain_due = self.plane.next_drain_deadline();
+                let drain_timer = async move {
+                    match drain_due {
+                        Some(at) => {
+                            let wait = at.saturating_duration_since(std::time::Instant::now());
+                            tokio::time::sleep(wait).await
+                        }
+                        None => std::future::pending().await,
+                    }
+                };
+                let notify = self.plane.drain_wake();
+                let drain_changed = notify.notified();
                 #[cfg(unix)]
                 let wake = tokio::select! {
                     _ = tick.tick() => Wake::Poll,
                     Some(()) = recv_opt(&mut hup) => Wake::Hangup,
                     () = dns => Wake::Dns,
+                    () = drain_timer => Wake::Drain,
+                    () = drain_changed => Wake::Drain,
                 };
                 #[cfg(not(unix))]
                 let wake = tokio::select! {
                     _ = tick.tick() => Wake::Poll,
                     () = dns => Wake::Dns,
+                    () = drain_timer => Wake::Drain,
+                    () = drain_changed => Wake::Drain,
                 };
                 match wake {
                     Wake::Dns => self.refresh().await,
+                    Wake::Drain => {
+                        self.plane.enforce_drains(std::time::Instant::now());
+                    }
                     Wake::Poll | Wake::Hangup => {
                         if wake == Wake::Hangup {
                             // A signal re-reads even unchanged content.
@@ -425,6 +451,8 @@ enum Wake {
     Poll,
     Hangup,
     Dns,
+    /// A DRAINING endpoint may be due for removal.
+    Drain,
 }
 
 /// The time on Tokio's clock (paused in tests that pause it).

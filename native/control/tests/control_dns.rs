@@ -329,6 +329,144 @@ async fn a_name_is_served_drains_comes_back_and_outlives_dns_trouble() {
     assert!(plane.nacks().is_empty(), "{:?}", plane.nacks());
 }
 
+/// The endpoints `plane` serves for `service` (its proxyless
+/// ClusterLoadAssignment), by IP, with their EDS health.
+fn served(plane: &ControlPlane, service: &str) -> BTreeMap<String, i32> {
+    use envoy_types::pb::envoy::config::core::v3::address::Address;
+    use envoy_types::pb::envoy::config::endpoint::v3::{lb_endpoint, ClusterLoadAssignment};
+    use prost::Message;
+    let snapshot = plane.snapshot();
+    let Some(any) = snapshot
+        .resources
+        .proxyless
+        .get(&ResourceKind::Endpoints)
+        .and_then(|r| r.get(service))
+    else {
+        return BTreeMap::new();
+    };
+    let cla = ClusterLoadAssignment::decode(any.value.as_slice()).unwrap();
+    cla.endpoints
+        .iter()
+        .flat_map(|g| &g.lb_endpoints)
+        .filter_map(|e| {
+            let Some(lb_endpoint::HostIdentifier::Endpoint(ep)) = &e.host_identifier else {
+                return None;
+            };
+            let Some(Address::SocketAddress(a)) = ep.address.as_ref()?.address.as_ref() else {
+                return None;
+            };
+            Some((a.address.clone(), e.health_status))
+        })
+        .collect()
+}
+
+/// Polls `f` every 20 ms until it gives something (bounded by WAIT).
+async fn until<T>(what: &str, f: impl Fn() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(t) = f() {
+            return t;
+        }
+        assert!(start.elapsed() < WAIT, "{what}: not within {WAIT:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `drain: {removeWhenIdle}` ends a DNS drain early: an address that left
+/// the answer, idle (no client holds `api`, so nobody can use it), leaves
+/// EDS removeWhenIdle into its drain while the name still lists it as
+/// draining for drainOnRemoval; when that window ends nothing is served
+/// again (the version stays). Back in the answer, it is served HEALTHY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_removal_ends_the_drain_of_an_address_that_left_dns() {
+    const REMOVE_WHEN_IDLE: Duration = Duration::from_millis(500);
+    use envoy_types::pb::envoy::config::core::v3::HealthStatus as Eds;
+    const HEALTHY: i32 = Eds::Healthy as i32;
+    const DRAINING: i32 = Eds::Draining as i32;
+    tether_testkit::init_logging();
+    let dns = DnsServer::start().await;
+    dns.set(NAME, &[ip("127.0.0.2"), ip("127.0.0.3")]);
+    let dir = TempDir::new("dns-idle");
+    let path = write(
+        &dir,
+        &format!(
+            r#"dns:
+  servers: ["{}"]
+  minRefresh: 0.05s
+  maxRefresh: 0.1s
+  drainOnRemoval: 3s
+  timeout: 0.2s
+services:
+  - name: api
+    loadReporting: {{ interval: 0.2s }}
+    drain: {{ removeWhenIdle: 0.5s }}
+    endpoints:
+      - address: {NAME}:{PORT}
+"#,
+            dns.addr()
+        ),
+    );
+    let (plane, _, mut status) = serve(&path).await;
+    let both = BTreeMap::from([
+        ("127.0.0.2".to_owned(), HEALTHY),
+        ("127.0.0.3".to_owned(), HEALTHY),
+    ]);
+    assert_eq!(served(&plane, "api"), both);
+
+    let left = Instant::now();
+    dns.set(NAME, &[ip("127.0.0.2")]);
+    until("127.0.0.3 DRAINING", || {
+        (served(&plane, "api").get("127.0.0.3") == Some(&DRAINING)).then_some(())
+    })
+    .await;
+    let removed = until("127.0.0.3 removed", || {
+        plane
+            .drain_status()
+            .endpoints
+            .into_iter()
+            .find(|e| e.address == format!("127.0.0.3:{PORT}") && e.removed)
+    })
+    .await;
+    let removed_after = left.elapsed();
+    assert!(removed_after >= REMOVE_WHEN_IDLE, "{removed_after:?}");
+    assert_eq!(removed.removed_because.as_deref(), Some("idle for 0.500s"));
+    assert_eq!(removed.verdict, "idle");
+    let version = plane.snapshot().version;
+    assert_eq!(
+        served(&plane, "api"),
+        BTreeMap::from([("127.0.0.2".to_owned(), HEALTHY)])
+    );
+    // The name still lists it draining: the removal ended the drain early.
+    let draining_in_dns = |n: &tether_control::dns::NameReport| {
+        n.addresses
+            .iter()
+            .any(|a| a.ip == ip("127.0.0.3") && a.draining)
+    };
+    assert!(
+        status.borrow().get(NAME).is_some_and(draining_in_dns),
+        "{:?}",
+        status.borrow().get(NAME)
+    );
+    // drainOnRemoval ends: the name drops it, nothing is served anew.
+    until_status(&mut status, "127.0.0.3 gone from the name", |n| {
+        !n.addresses.iter().any(|a| a.ip == ip("127.0.0.3"))
+    })
+    .await;
+    assert_eq!(plane.snapshot().version, version);
+    assert!(
+        plane.drain_status().endpoints[0].removed,
+        "still shown as removed"
+    );
+
+    // Back in the answer: served HEALTHY, no longer shown as removed.
+    dns.set(NAME, &[ip("127.0.0.2"), ip("127.0.0.3")]);
+    until("127.0.0.3 back", || {
+        (served(&plane, "api") == both).then_some(())
+    })
+    .await;
+    assert!(plane.drain_status().endpoints.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_that_never_resolved_is_refused_with_its_field_and_answer() {
     tether_testkit::init_logging();

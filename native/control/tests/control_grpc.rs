@@ -13,7 +13,7 @@
 
 mod control_support;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -48,12 +48,21 @@ impl Echo for Backend {
 }
 
 async fn start_backend(name: &str) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let (addr, task, _) = start_counting_backend(name).await;
+    (addr, task)
+}
+
+/// A backend, with the count of calls it answered.
+async fn start_counting_backend(
+    name: &str,
+) -> (SocketAddr, tokio::task::JoinHandle<()>, Arc<AtomicU64>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let served = Arc::new(AtomicU64::new(0));
     let svc = EchoServer::new(Backend {
         name: name.to_owned(),
         addr,
-        served: Arc::new(AtomicU64::new(0)),
+        served: served.clone(),
     });
     let task = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
@@ -63,7 +72,7 @@ async fn start_backend(name: &str) -> (SocketAddr, tokio::task::JoinHandle<()>) 
             )
             .await;
     });
-    (addr, task)
+    (addr, task, served)
 }
 
 /// The grpcio client over `bootstrap`: python3's grpcio, or one installed
@@ -620,4 +629,288 @@ async fn grpcio_load_reports_make_a_draining_endpoint_busy_then_idle() {
         .await;
     t1.abort();
     t2.abort();
+}
+
+/// The `grpc-session` cookie C-core reads, pinning `echo/session` to `to`.
+fn session_cookie(to: SocketAddr) -> String {
+    let mut pinned = tether_core::cookie::SessionCookie::new(tether_core::AddressList::one(to));
+    pinned.cluster = Some("echo/session".to_owned());
+    let value = tether_core::cookie::encode(&pinned, tether_core::Format::Grpc, None).unwrap();
+    format!("grpc-session={value}")
+}
+
+/// The endpoints of a watched ClusterLoadAssignment and their health.
+fn eds_health(
+    s: &tether_xds::client::ResourceState,
+) -> BTreeMap<SocketAddr, tether_xds::resource::endpoint::HealthStatus> {
+    let Some(tether_xds::resource::Resource::Endpoints(eds)) = &s.resource else {
+        return BTreeMap::new();
+    };
+    eds.endpoints()
+        .map(|(_, _, e)| (e.addresses[0], e.health))
+        .collect()
+}
+
+/// Waits (30 s at most) until the watched ClusterLoadAssignment satisfies
+/// `want`.
+async fn until_eds(
+    w: &mut tether_xds::client::Watcher,
+    what: &str,
+    want: impl Fn(&BTreeMap<SocketAddr, tether_xds::resource::endpoint::HealthStatus>) -> bool,
+) {
+    let done = tokio::time::timeout(
+        Duration::from_secs(30),
+        w.wait_for(|s| want(&eds_health(s))),
+    )
+    .await
+    .is_ok_and(|s| s.is_some());
+    assert!(done, "{what}: EDS holds {:?}", eds_health(&w.current()));
+}
+
+/// A file with `echo` (echo-1 at `a1` in us/a, echo-2 at `a2` in us/b
+/// with `health`) reporting load every 0.5 s with `drain`, and `other`.
+fn drain_yaml(a1: SocketAddr, a2: SocketAddr, health: &str, drain: &str) -> String {
+    format!(
+        r#"{ECHO_SESSION_ROUTE}services:
+  - name: echo
+    protocol: h2c
+    loadReporting: {{ interval: 0.5s }}
+    drain: {drain}
+    endpoints:
+      - address: {a1}
+        locality: us/a
+      - address: {a2}
+        locality: us/b
+        health: {health}
+  - name: other
+    endpoints:
+      - address: 127.0.0.1:9
+"#
+    )
+}
+
+/// `drain: {removeWhenIdle: 2s}` with C-core: a session pinned to echo-2
+/// keeps it busy once the file sets it DRAINING; when the client's calls
+/// go to echo-1 only (it still holds the cluster and reports), the verdict
+/// turns idle, and echo-2 leaves EDS removeWhenIdle later, never sooner.
+/// No call fails, every call of echo-2's session reached it, the client
+/// goes on calling after the removal, and only echo's
+/// ClusterLoadAssignment is pushed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_idle_draining_endpoint_leaves_eds_after_remove_when_idle() {
+    use tether_xds::resource::endpoint::HealthStatus;
+    const REMOVE_WHEN_IDLE: Duration = Duration::from_secs(2);
+    let (a1, t1, served1) = start_counting_backend("echo-1").await;
+    let (a2, t2, served2) = start_counting_backend("echo-2").await;
+    let drain = "{ removeWhenIdle: 2s }";
+    let control = Control::start_with_admin(&drain_yaml(a1, a2, "HEALTHY", drain)).await;
+    let dir = TempDir::new("grpc-remove-idle");
+    let node = "grpcio-remove-idle";
+    let bootstrap = dir.bootstrap(&control.bootstrap_json(node));
+    let client = grpcio_client(&bootstrap).await;
+    // The test watches EDS as the same node: to the verdict a node is one
+    // client, whose reports (the grpcio process's) speak for it.
+    let watcher = tether_xds::XdsClient::start(
+        tether_xds::bootstrap::Bootstrap::from_json(&control.bootstrap_json(node)).unwrap(),
+    )
+    .unwrap();
+    let mut echo = watcher.watch(tether_xds::resource::ResourceKind::Endpoints, "echo");
+    let mut other = watcher.watch(tether_xds::resource::ResourceKind::Endpoints, "other");
+    until_eds(&mut echo, "both served", |e| e.len() == 2).await;
+    let other_version = other
+        .wait_for(|s| s.resource.is_some())
+        .await
+        .unwrap()
+        .resource_version;
+
+    // 60 calls in echo-2's session, then 80 in echo-1's, 100 ms apart,
+    // every failure listed.
+    let keys: Vec<String> = std::iter::repeat_n(session_cookie(a2), 60)
+        .chain(std::iter::repeat_n(session_cookie(a1), 80))
+        .collect();
+    let calls = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let args: Vec<String> = [
+                "--failures-ok",
+                "--pace",
+                "100",
+                "--keys-header",
+                "cookie",
+                "xds:///echo.tether.test",
+                "0",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            client.run(&args, Some(&(keys.join("\n") + "\n"))).await
+        })
+    };
+
+    // While echo-2 serves the session, the file sets it DRAINING: busy.
+    let start = std::time::Instant::now();
+    while served2.load(Ordering::SeqCst) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no call reached echo-2"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    control.write(&drain_yaml(a1, a2, "DRAINING", drain));
+    until_eds(&mut echo, "echo-2 DRAINING", |e| {
+        e.get(&a2) == Some(&HealthStatus::Draining)
+    })
+    .await;
+    control
+        .until_drain(a2, "the session on echo-2", |e| e["verdict"] == "busy")
+        .await;
+
+    // The session's calls end; the client's go on to echo-1. Until echo-2
+    // leaves EDS: when was it last seen busy, and was it seen idle?
+    let mut last_busy = std::time::Instant::now();
+    let mut idle_seen = false;
+    let start = std::time::Instant::now();
+    let removed_at = loop {
+        let asked = std::time::Instant::now();
+        let status = control.drain_of(a2).await;
+        if status["removed"] == false {
+            match status["verdict"].as_str() {
+                Some("busy") => last_busy = asked,
+                Some("idle") => idle_seen = true,
+                _ => {}
+            }
+        }
+        if !eds_health(&echo.current()).contains_key(&a2) {
+            break std::time::Instant::now();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "echo-2 still in EDS: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let served_then = served1.load(Ordering::SeqCst);
+    assert!(idle_seen, "echo-2 left EDS without being seen idle");
+    assert!(
+        removed_at - last_busy >= REMOVE_WHEN_IDLE,
+        "echo-2 left EDS {:?} after it was last seen busy",
+        removed_at - last_busy
+    );
+    let status = control.drain_of(a2).await;
+    assert_eq!(status["removed"], true, "{status}");
+    assert_eq!(status["removed_because"], "idle for 2s", "{status}");
+    assert_eq!(status["verdict"], "idle", "{status}");
+    assert!(status["idle_for_s"].as_f64() >= Some(2.0), "{status}");
+    assert_eq!(status["clients"][0]["node"], node, "{status}");
+    assert_eq!(
+        eds_health(&echo.current()),
+        BTreeMap::from([(a1, HealthStatus::Healthy)])
+    );
+
+    let calls = calls.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(calls.len(), 140);
+    let failed: Vec<&Call> = calls.iter().filter(|c| !c.ok()).collect();
+    assert!(failed.is_empty(), "{failed:?}");
+    assert!(
+        calls[..60].iter().all(|c| c.backend == "echo-2"),
+        "a call of echo-2's session went elsewhere: {calls:?}"
+    );
+    assert!(
+        calls[60..].iter().all(|c| c.backend == "echo-1"),
+        "{calls:?}"
+    );
+    assert!(
+        served1.load(Ordering::SeqCst) > served_then,
+        "the client stopped calling before echo-2 left EDS"
+    );
+
+    // Only echo's ClusterLoadAssignment was pushed; logged and counted.
+    assert_eq!(other.current().resource_version, other_version);
+    assert!(
+        control.stderr().contains(&format!(
+            "service \"echo\": DRAINING endpoint {a2} removed from EDS (idle for 2s)"
+        )),
+        "{}",
+        control.stderr()
+    );
+    let metrics = control.metrics().await;
+    assert!(
+        metrics.contains("tether_control_drain_removals_total{reason=\"idle\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(control.nacks_none(), "{}", control.stderr());
+    t1.abort();
+    t2.abort();
+}
+
+/// `drain: {removeWhenIdle: 1s, maxDrain: 3s}` with a client that holds
+/// the cluster but does not report (tether's XdsClient): the verdict stays
+/// unknown, never idle, so only maxDrain removes echo-2, 3 s into its
+/// drain; HEALTHY again in the file, it is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_holder_keeps_a_draining_endpoint_until_max_drain() {
+    use tether_xds::resource::endpoint::HealthStatus;
+    const MAX_DRAIN: Duration = Duration::from_secs(3);
+    // Nobody calls them: addresses are enough.
+    let a1: SocketAddr = "127.0.0.1:9101".parse().unwrap();
+    let a2: SocketAddr = "127.0.0.1:9102".parse().unwrap();
+    let drain = "{ removeWhenIdle: 1s, maxDrain: 3s }";
+    let control = Control::start_with_admin(&drain_yaml(a1, a2, "HEALTHY", drain)).await;
+    let holder = tether_xds::XdsClient::start(
+        tether_xds::bootstrap::Bootstrap::from_json(&control.bootstrap_json("tether-holder"))
+            .unwrap(),
+    )
+    .unwrap();
+    let mut echo = holder.watch(tether_xds::resource::ResourceKind::Endpoints, "echo");
+    until_eds(&mut echo, "both served", |e| e.len() == 2).await;
+
+    let written = std::time::Instant::now();
+    control.write(&drain_yaml(a1, a2, "DRAINING", drain));
+    until_eds(&mut echo, "echo-2 DRAINING", |e| {
+        e.get(&a2) == Some(&HealthStatus::Draining)
+    })
+    .await;
+    let removed_at = loop {
+        let status = control.drain_of(a2).await;
+        if status["removed"] == false {
+            assert_eq!(status["verdict"], "unknown", "{status}");
+        }
+        if !eds_health(&echo.current()).contains_key(&a2) {
+            break std::time::Instant::now();
+        }
+        assert!(
+            written.elapsed() < Duration::from_secs(30),
+            "echo-2 still in EDS: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        removed_at - written >= MAX_DRAIN,
+        "echo-2 left EDS {:?} after the file set it DRAINING",
+        removed_at - written
+    );
+    let status = control.drain_of(a2).await;
+    assert_eq!(status["removed"], true, "{status}");
+    assert_eq!(status["removed_because"], "maxDrain 3s reached", "{status}");
+    assert_eq!(status["verdict"], "unknown", "{status}");
+    assert_eq!(status["clients"][0]["state"], "not reporting", "{status}");
+    assert!(status["draining_for_s"].as_f64() >= Some(3.0), "{status}");
+    let metrics = control.metrics().await;
+    assert!(
+        metrics.contains("tether_control_drain_removals_total{reason=\"max_drain\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tether_control_drain_removals_total{reason=\"idle\"} 0\n"),
+        "{metrics}"
+    );
+
+    // HEALTHY in the file again: served again, no longer listed.
+    control.write(&drain_yaml(a1, a2, "HEALTHY", drain));
+    until_eds(&mut echo, "echo-2 back", |e| {
+        e.get(&a2) == Some(&HealthStatus::Healthy)
+    })
+    .await;
+    assert_eq!(control.drain_of(a2).await, serde_json::Value::Null);
+    assert!(control.nacks_none(), "{}", control.stderr());
 }

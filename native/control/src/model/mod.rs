@@ -50,7 +50,7 @@ pub use schema::route::{
     SessionSpec, Strategy, VirtualHostSpec, WeightedRoundRobinSpec,
 };
 pub use schema::service::{
-    split_locality, EndpointSpec, EnvoyTlsFiles, FailurePercentageSpec, KeepaliveSpec,
+    split_locality, DrainSpec, EndpointSpec, EnvoyTlsFiles, FailurePercentageSpec, KeepaliveSpec,
     LoadReportingSpec, OutlierDetectionSpec, Protocol, SanMatcherSpec, ServiceSpec, ServiceTlsSpec,
     SuccessRateSpec,
 };

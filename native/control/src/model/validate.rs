@@ -1,6 +1,6 @@
 //! Validation: what single fields cannot check, in the order
 //! [`Config::validate`] reports it: each service (its name, outlier
-//! detection, TLS, keepalive and endpoints), the aggregate graph, the
+//! detection, TLS, keepalive, load reporting, drain and endpoints), the aggregate graph, the
 //! `envoy` section, then each virtual host and its routes (conditions,
 //! services, and each strategy's settings). Every error names the field's
 //! path; [`Config::parse`] adds its line and column.
@@ -14,9 +14,10 @@ use tether_xds::lb_config::weighted_round_robin::Settings as WrrSettings;
 
 use super::analysis::{shared_cluster_conflict, Shared};
 use super::{
-    Condition, Config, CustomPolicySpec, EnvoyTlsFiles, KeepaliveSpec, LoadBalancerPolicy,
-    LoadReportingSpec, ModelError, OutlierDetectionSpec, Protocol, RouteSpec, SanMatcherSpec,
-    ServiceSpec, ServiceTlsSpec, SessionClusterSettings, Strategy, WeightedRoundRobinSpec,
+    Condition, Config, CustomPolicySpec, DrainSpec, EnvoyTlsFiles, KeepaliveSpec,
+    LoadBalancerPolicy, LoadReportingSpec, ModelError, OutlierDetectionSpec, Protocol, RouteSpec,
+    SanMatcherSpec, ServiceSpec, ServiceTlsSpec, SessionClusterSettings, Strategy,
+    WeightedRoundRobinSpec,
 };
 
 impl Config {
@@ -67,7 +68,8 @@ impl Config {
     }
 
     /// Each service in turn: a valid name defined once, then its outlier
-    /// detection, TLS, keepalive and endpoints. Returns the names.
+    /// detection, TLS, keepalive, load reporting, drain and endpoints.
+    /// Returns the names.
     fn validate_services(&self) -> Result<HashSet<&str>, ModelError> {
         let mut services = HashSet::new();
         for (i, s) in self.services.iter().enumerate() {
@@ -107,6 +109,9 @@ impl Config {
             }
             if let Some(l) = &s.load_reporting {
                 load_reporting(s, l, &at)?;
+            }
+            if let Some(d) = &s.drain {
+                drain(s, d, &at)?;
             }
             endpoints(s, &at)?;
         }
@@ -592,6 +597,69 @@ fn load_reporting(s: &ServiceSpec, l: &LoadReportingSpec, at: &str) -> Result<()
 /// Bounds of `loadReporting.interval`.
 const MIN_LOAD_REPORTING: Duration = Duration::from_millis(100);
 const MAX_LOAD_REPORTING: Duration = Duration::from_secs(3600);
+
+/// A service's `drain`: on a service with endpoints of its own, at least
+/// one key, `removeWhenIdle` only with `loadReporting` (without reports
+/// nothing is ever idle), each duration within its bounds, and
+/// `removeWhenIdle` shorter than `maxDrain` (else it could never act).
+fn drain(s: &ServiceSpec, d: &DrainSpec, at: &str) -> Result<(), ModelError> {
+    let shown = |d: Duration| Raw(tether_core::duration::display(d).to_string());
+    if s.aggregate.is_some() {
+        return Err(ModelError::invalid(
+            format!("{at}.drain"),
+            &s.name,
+            "belongs on the services an aggregate service names (an aggregate has no endpoints of its own)",
+        ));
+    }
+    if d.remove_when_idle.is_none() && d.max_drain.is_none() {
+        return Err(ModelError::invalid(
+            format!("{at}.drain"),
+            Raw("{}".to_owned()),
+            "sets neither removeWhenIdle nor maxDrain",
+        ));
+    }
+    if let Some(idle) = d.remove_when_idle {
+        if !(MIN_DRAIN..=MAX_REMOVE_WHEN_IDLE).contains(&idle.0) {
+            return Err(ModelError::invalid(
+                format!("{at}.drain.removeWhenIdle"),
+                shown(idle.0),
+                "must be from 0.1s to 24h",
+            ));
+        }
+        if s.load_reporting.is_none() {
+            return Err(ModelError::invalid(
+                format!("{at}.drain.removeWhenIdle"),
+                shown(idle.0),
+                "needs loadReporting on the service (without load reports no endpoint is ever idle)",
+            ));
+        }
+    }
+    if let Some(max) = d.max_drain {
+        if !(MIN_DRAIN..=MAX_DRAIN).contains(&max.0) {
+            return Err(ModelError::invalid(
+                format!("{at}.drain.maxDrain"),
+                shown(max.0),
+                "must be from 0.1s to 7d (604800s)",
+            ));
+        }
+        if let Some(idle) = d.remove_when_idle.filter(|idle| idle.0 >= max.0) {
+            return Err(ModelError::invalid(
+                format!("{at}.drain.removeWhenIdle"),
+                shown(idle.0),
+                format!(
+                    "must be shorter than maxDrain ({}), which would always remove first",
+                    tether_core::duration::display(max.0)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Bounds of `drain.removeWhenIdle` and `drain.maxDrain`.
+const MIN_DRAIN: Duration = Duration::from_millis(100);
+const MAX_REMOVE_WHEN_IDLE: Duration = Duration::from_secs(24 * 3600);
+const MAX_DRAIN: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// A service's endpoints (weights, addresses each once in the service,
 /// localities, priorities contiguous from 0) and its locality weights.
@@ -1299,6 +1367,87 @@ services:
             "virtualhosts[0].routes[0].conditions[0].prefix: \"a\" must start with '/' at line 4 \
              column 32"
         );
+    }
+
+    /// A service `api` with `extra` (lines indented by four) and one
+    /// endpoint.
+    fn service(extra: &str) -> String {
+        format!(
+            "services:\n  - name: api\n{extra}    endpoints:\n      - address: 127.0.0.1:9001\n"
+        )
+    }
+
+    #[test]
+    fn drain_errors_name_the_field_and_value() {
+        let reporting = "    loadReporting: { interval: 1s }\n";
+        assert_eq!(
+            err(&service("    drain: { removeWhenIdle: 30s }\n")),
+            "services[0].drain.removeWhenIdle: 30s needs loadReporting on the service (without \
+             load reports no endpoint is ever idle) at line 3 column 30"
+        );
+        assert_eq!(
+            err(&service(&format!(
+                "{reporting}    drain: {{ removeWhenIdle: 0s }}\n"
+            ))),
+            "services[0].drain.removeWhenIdle: 0s must be from 0.1s to 24h at line 4 column 30"
+        );
+        assert_eq!(
+            err(&service("    drain: { maxDrain: 30d }\n")),
+            "services[0].drain.maxDrain: \"30d\" is not a duration (expected e.g. \"120s\" or \
+             \"1.5s\") at line 3 column 24"
+        );
+        assert_eq!(
+            err(&service("    drain: { maxDrain: 1000000s }\n")),
+            "services[0].drain.maxDrain: 1000000s must be from 0.1s to 7d (604800s) at line 3 \
+             column 24"
+        );
+        assert_eq!(
+            err(&service("    drain: { maxDrain: -5s }\n")),
+            "services[0].drain.maxDrain: \"-5s\" is negative at line 3 column 24"
+        );
+        assert_eq!(
+            err(&service(&format!(
+                "{reporting}    drain: {{ removeWhenIdle: 10m, maxDrain: 300s }}\n"
+            ))),
+            "services[0].drain.removeWhenIdle: \"10m\" is not a duration (expected e.g. \"120s\" \
+             or \"1.5s\") at line 4 column 30"
+        );
+        assert_eq!(
+            err(&service(&format!(
+                "{reporting}    drain: {{ removeWhenIdle: 600s, maxDrain: 300s }}\n"
+            ))),
+            "services[0].drain.removeWhenIdle: 600s must be shorter than maxDrain (300s), which \
+             would always remove first at line 4 column 30"
+        );
+        assert_eq!(
+            err(&service("    drain: {}\n")),
+            "services[0].drain: {} sets neither removeWhenIdle nor maxDrain at line 3 column 12"
+        );
+        let e = err(&service("    drain: { removeWhenIdle: 1s, max: 2s }\n"));
+        assert!(
+            e.starts_with(
+                "services[0].drain: unknown field `max`, expected `removeWhenIdle` or `maxDrain`"
+            ),
+            "{e}"
+        );
+        let aggregate =
+            "services:\n  - name: api\n    endpoints:\n      - address: 127.0.0.1:9001\n  \
+                         - name: all\n    aggregate: [api]\n    drain: { maxDrain: 60s }\n";
+        assert_eq!(
+            err(aggregate),
+            "services[1].drain: \"all\" belongs on the services an aggregate service names (an \
+             aggregate has no endpoints of its own) at line 7 column 12"
+        );
+        // Either key alone, or both.
+        for drain in [
+            "{ maxDrain: 60s }",
+            "{ removeWhenIdle: 0.5s }",
+            "{ removeWhenIdle: 30s, maxDrain: 600s }",
+        ] {
+            let c = Config::parse(&service(&format!("{reporting}    drain: {drain}\n")))
+                .unwrap_or_else(|e| panic!("{drain}: {e}"));
+            assert!(c.services[0].drain.is_some());
+        }
     }
 
     /// A service `api` with one endpoint at `address`, under a `dns`

@@ -14,7 +14,7 @@ use tokio::process::{Child, Command};
 /// The `tether-control` binary: this package's own when the tests are
 /// tether-control's, else the workspace's (the channel's and the CLI's
 /// tests include this file too).
-fn control_binary() -> PathBuf {
+pub fn control_binary() -> PathBuf {
     match option_env!("CARGO_BIN_EXE_tether-control") {
         Some(path) => PathBuf::from(path),
         None => tether_testkit::workspace_bin("tether-control", "tether-control"),
@@ -157,6 +157,22 @@ impl Control {
         }
     }
 
+    /// The status of the DRAINING (or lately removed) endpoint `address`
+    /// in `GET /drain` (the admin listener) now: `null` when it is not
+    /// listed, a string when the page could not be read.
+    #[allow(dead_code)]
+    pub async fn drain_of(&self, address: SocketAddr) -> serde_json::Value {
+        let admin = self.admin.expect("started with --admin");
+        match tether_testkit::client::get(admin, "/drain", &[]).await {
+            Ok(page) => page.json()["endpoints"]
+                .as_array()
+                .and_then(|l| l.iter().find(|e| e["address"] == address.to_string()))
+                .cloned()
+                .unwrap_or_default(),
+            Err(e) => serde_json::Value::String(e),
+        }
+    }
+
     /// The status of the DRAINING endpoint `address` in `GET /drain` (the
     /// admin listener), once it satisfies `want`; panics after 30 s,
     /// naming `what` and the last status.
@@ -167,17 +183,9 @@ impl Control {
         what: &str,
         want: impl Fn(&serde_json::Value) -> bool,
     ) -> serde_json::Value {
-        let admin = self.admin.expect("started with --admin");
         let start = std::time::Instant::now();
         loop {
-            let last = match tether_testkit::client::get(admin, "/drain", &[]).await {
-                Ok(page) => page.json()["endpoints"]
-                    .as_array()
-                    .and_then(|l| l.iter().find(|e| e["address"] == address.to_string()))
-                    .cloned()
-                    .unwrap_or_default(),
-                Err(e) => serde_json::Value::String(e),
-            };
+            let last = self.drain_of(address).await;
             if want(&last) {
                 return last;
             }
@@ -189,6 +197,16 @@ impl Control {
             // in the tests).
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The admin listener's `/metrics` page.
+    #[allow(dead_code)]
+    pub async fn metrics(&self) -> String {
+        let admin = self.admin.expect("started with --admin");
+        tether_testkit::client::get(admin, "/metrics", &[])
+            .await
+            .map(|page| page.body)
+            .unwrap_or_else(|e| panic!("GET /metrics: {e}"))
     }
 
     /// Replaces the configuration file (atomically, as editors do).

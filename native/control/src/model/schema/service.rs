@@ -60,6 +60,12 @@ pub struct ServiceSpec {
     /// config. Drain readiness reads them.
     #[serde(default, rename = "loadReporting")]
     pub load_reporting: Option<LoadReportingSpec>,
+    /// Removal of the service's DRAINING endpoints from EDS once idle
+    /// (`removeWhenIdle`, read from the load reports) or after `maxDrain`
+    /// whatever their load. Opt-in: without it a DRAINING endpoint is
+    /// served until the file (or DNS) drops it.
+    #[serde(default)]
+    pub drain: Option<DrainSpec>,
 }
 
 /// `loadReporting` of a service.
@@ -68,6 +74,21 @@ pub struct ServiceSpec {
 pub struct LoadReportingSpec {
     /// How often clients report (LRS's `load_reporting_interval`).
     pub interval: DurationField,
+}
+
+/// `drain` of a service: when its DRAINING endpoints leave EDS. Either
+/// key may be left out (not both).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DrainSpec {
+    /// A DRAINING endpoint whose drain verdict has been `idle` this long
+    /// without a break is removed (needs `loadReporting`).
+    #[serde(default, rename = "removeWhenIdle")]
+    pub remove_when_idle: Option<DurationField>,
+    /// A DRAINING endpoint is removed this long after its drain began,
+    /// whatever its verdict.
+    #[serde(default, rename = "maxDrain")]
+    pub max_drain: Option<DurationField>,
 }
 
 /// `tls` of a service: what proxyless clients get as the cluster's

@@ -1,0 +1,220 @@
+//! Two tether-control replicas serving one file, as people run control
+//! planes for availability, with a gRPC C-core (grpcio) client on each:
+//! each replica's `GET /drain` covers its own clients only, and
+//! `tether-control drain status` given both admin listeners merges them:
+//! busy while either replica's client uses the DRAINING endpoint, idle (it
+//! can be stopped) only once both are idle, unknown when a replica does not
+//! answer.
+
+mod control_support;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use control_support::{control_binary, Control, TempDir};
+use tether_testkit::grpc::GrpcBackend;
+use tether_testkit::grpcio::{self, Client};
+
+/// The grpcio client over `bootstrap` (see control_grpc.rs).
+async fn grpcio_client(bootstrap: &Path) -> Client {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-grpcio");
+    let py = grpcio::python_or_install(Some(&venv))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    Client::new(py, bootstrap)
+}
+
+/// `tether-control drain status` over `replicas`: exit code and stdout.
+async fn drain_status(replicas: &[&Control], json: bool) -> (i32, String) {
+    let mut args = vec!["drain".to_owned(), "status".to_owned()];
+    for r in replicas {
+        args.push("--admin".into());
+        args.push(r.admin.expect("started with --admin").to_string());
+    }
+    if json {
+        args.push("--json".into());
+    }
+    let out = tokio::process::Command::new(control_binary())
+        .args(&args)
+        .output()
+        .await
+        .expect("run tether-control drain status");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The merged JSON's entry for `address`, once `want` holds (30 s at most).
+async fn until_merged(
+    replicas: &[&Control],
+    address: SocketAddr,
+    what: &str,
+    want: impl Fn(i32, &serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let (code, out) = drain_status(replicas, true).await;
+        let doc: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        let entry = doc["endpoints"]
+            .as_array()
+            .and_then(|l| l.iter().find(|e| e["address"] == address.to_string()))
+            .cloned()
+            .unwrap_or_default();
+        if want(code, &entry) {
+            return entry;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{what}: exit {code}, {out}"
+        );
+        // Reports come every 0.5 s.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn nodes(status: &serde_json::Value) -> Vec<String> {
+    status["clients"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .map(|c| c["node"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_status_merges_replicas_that_each_know_their_own_clients() {
+    let echo1 = GrpcBackend::start("echo-1").await;
+    let echo2 = GrpcBackend::start("echo-2").await;
+    let (a1, a2) = (echo1.addr(), echo2.addr());
+    // echo-2 drains in a locality of its own: C-core reports per locality.
+    let yaml = format!(
+        r#"virtualhosts:
+  - name: echo.tether.test
+    routes:
+      - services: [{{ name: echo }}]
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
+            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
+services:
+  - name: echo
+    protocol: h2c
+    loadReporting: {{ interval: 0.5s }}
+    endpoints:
+      - address: {a1}
+        locality: us/a
+      - address: {a2}
+        locality: us/b
+        health: DRAINING
+"#
+    );
+    let replica_a = Control::start_with_admin(&yaml).await;
+    let mut replica_b = Control::start_with_admin(&yaml).await;
+    let (dir_a, dir_b) = (TempDir::new("replica-a"), TempDir::new("replica-b"));
+    let client_a = grpcio_client(&dir_a.bootstrap(&replica_a.bootstrap_json("core-on-a"))).await;
+    let client_b = grpcio_client(&dir_b.bootstrap(&replica_b.bootstrap_json("core-on-b"))).await;
+
+    // On A, a session pinned to echo-2 calls it for 6 s (A55 keeps it
+    // there while it drains); on B, new sessions, which avoid echo-2.
+    let mut pinned = tether_core::cookie::SessionCookie::new(tether_core::AddressList::one(a2));
+    pinned.cluster = Some("echo/session".to_owned());
+    let value = tether_core::cookie::encode(&pinned, tether_core::Format::Grpc, None).unwrap();
+    let cookie = format!("grpc-session={value}");
+    let pinned_calls = {
+        let args: Vec<String> = ["--pace", "100", "xds:///echo.tether.test", "60", &cookie]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        tokio::spawn(async move { client_a.run(&args, None).await })
+    };
+    let other_calls = {
+        let args: Vec<String> = ["--pace", "100", "xds:///echo.tether.test", "60"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        tokio::spawn(async move { client_b.run(&args, None).await })
+    };
+
+    // Each replica's status covers the client connected to it, not the other's.
+    let on_a = replica_a
+        .until_drain(a2, "A's client uses echo-2", |e| e["verdict"] == "busy")
+        .await;
+    assert_eq!(nodes(&on_a), ["core-on-a"], "{on_a}");
+    let on_b = replica_b
+        .until_drain(a2, "B's client reported", |e| {
+            e["clients"][0]["state"] == "idle"
+        })
+        .await;
+    assert_eq!(nodes(&on_b), ["core-on-b"], "{on_b}");
+    assert_eq!(on_b["verdict"], "idle", "{on_b}");
+    // And says so.
+    for replica in [&replica_a, &replica_b] {
+        let page = tether_testkit::client::get(replica.admin.unwrap(), "/drain", &[])
+            .await
+            .expect("GET /drain")
+            .json();
+        assert_eq!(
+            page["scope"], "the clients connected to this tether-control replica",
+            "{page}"
+        );
+        assert_eq!(page["clients_connected"], 1, "{page}");
+    }
+
+    // Merged: busy, naming A's client, not to be stopped.
+    let busy = until_merged(&[&replica_a, &replica_b], a2, "merged busy", |code, e| {
+        code == 0 && e["verdict"] == "busy"
+    })
+    .await;
+    assert_eq!(busy["can_stop"], false, "{busy}");
+    let reason = busy["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("core-on-a (on "), "{busy}");
+    let mut both = nodes(&busy);
+    both.sort();
+    assert_eq!(both, ["core-on-a", "core-on-b"], "{busy}");
+    let (code, table) = drain_status(&[&replica_a, &replica_b], false).await;
+    assert_eq!(code, 0, "{table}");
+    let admin_a = replica_a.admin.unwrap();
+    assert!(
+        table.contains(&format!("core-on-a via {admin_a}: busy")),
+        "{table}"
+    );
+    assert!(table.contains("do not stop it yet"), "{table}");
+
+    // Both clients done (their streams end): idle on both, so it can go.
+    let pinned_calls = pinned_calls
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        pinned_calls.iter().all(|c| c.backend == "echo-2"),
+        "{pinned_calls:?}"
+    );
+    let other_calls = other_calls.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        other_calls.iter().all(|c| c.backend == "echo-1"),
+        "{other_calls:?}"
+    );
+    let idle = until_merged(&[&replica_a, &replica_b], a2, "merged idle", |code, e| {
+        code == 0 && e["verdict"] == "idle"
+    })
+    .await;
+    assert_eq!(idle["can_stop"], true, "{idle}");
+    let (_, table) = drain_status(&[&replica_a, &replica_b], false).await;
+    assert!(table.contains("it can be stopped"), "{table}");
+
+    // A replica that does not answer: unknown, and the command says so.
+    replica_b.kill().await;
+    let unknown = until_merged(&[&replica_a, &replica_b], a2, "B gone", |code, e| {
+        code == 1 && e["verdict"] == "unknown"
+    })
+    .await;
+    assert_eq!(unknown["can_stop"], false, "{unknown}");
+    let (code, table) = drain_status(&[&replica_a, &replica_b], false).await;
+    assert_eq!(code, 1);
+    assert!(table.contains("did not answer"), "{table}");
+}
