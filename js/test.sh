@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds tether-js and the tether CLI, then runs every JavaScript test with
-# Node's built-in runner: the shared vectors, the API, round-trips with the
-# CLI, the package as a user imports it, and the inspector page in headless
-# Chromium (installed with apt-get when missing). Screenshots of the page are
-# left in target/artifacts/.
+# Builds tether-js, the tether CLI and tether-control, then runs every
+# JavaScript test with Node's built-in runner: the shared vectors, the API,
+# round-trips with the CLI, the package as a user imports it, and the pages in
+# headless Chromium (installed with apt-get when missing): the inspector, and
+# tether-control's status page. Screenshots are left in target/artifacts/.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -33,8 +33,8 @@ fi
 chromium="${CHROMIUM:-$(command -v chromium)}"
 
 "$here/build.sh"
-cargo build -p tether-cli --bin tether
+cargo build -p tether-cli --bin tether -p tether-control --bin tether-control
 
 mkdir -p target/artifacts
-CHROMIUM="$chromium" TETHER_BIN="$repo/target/debug/tether" \
+CHROMIUM="$chromium" TETHER_BIN="$repo/target/debug/tether" TETHER_CONTROL_BIN="$repo/target/debug/tether-control" \
   node --test "$here"/test/*.test.mjs "$here"/test/browser/*.test.mjs

@@ -1,6 +1,7 @@
 //! The admin listener (`--admin ADDR`): plain HTTP/1.1 for operators, kept
 //! off the ADS port, and read-only: nothing on it changes state.
-//! `GET /metrics` answers the control plane's metrics ([`crate::metrics`])
+//! `GET /` is the status page and `GET /status` its JSON
+//! ([`crate::status`]); `GET /metrics` answers the control plane's metrics ([`crate::metrics`])
 //! in the OpenMetrics text format Prometheus scrapes; `GET /drain` the
 //! drain status of every DRAINING endpoint, and of those lately removed by
 //! their service's `drain`, as JSON ([`crate::load`]); anything else is
@@ -49,6 +50,17 @@ impl Admin {
 
     fn answer(&self, request: &Request<Incoming>) -> Response<Full<Bytes>> {
         let (status, content_type, body) = match (request.method(), request.uri().path()) {
+            (&Method::GET, "/") => (
+                StatusCode::OK,
+                "text/html; charset=utf-8",
+                crate::status::PAGE.to_owned(),
+            ),
+            (&Method::GET, "/status") => (
+                StatusCode::OK,
+                "application/json",
+                serde_json::to_string_pretty(&self.plane.status())
+                    .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string())),
+            ),
             (&Method::GET, "/metrics") => (StatusCode::OK, OPENMETRICS, self.metrics()),
             (&Method::GET, "/drain") => (
                 StatusCode::OK,
@@ -56,7 +68,7 @@ impl Admin {
                 serde_json::to_string_pretty(&self.plane.drain_status())
                     .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string())),
             ),
-            (_, "/metrics" | "/drain") => (
+            (_, "/" | "/status" | "/metrics" | "/drain") => (
                 StatusCode::METHOD_NOT_ALLOWED,
                 "text/plain; charset=utf-8",
                 "GET only\n".to_owned(),
@@ -64,7 +76,7 @@ impl Admin {
             (_, path) => (
                 StatusCode::NOT_FOUND,
                 "text/plain; charset=utf-8",
-                format!("no page {path:?}: try /metrics or /drain\n"),
+                format!("no page {path:?}: try /, /status, /metrics or /drain\n"),
             ),
         };
         let mut response = Response::new(Full::new(Bytes::from(body)));
@@ -72,6 +84,13 @@ impl Admin {
         response.headers_mut().insert(
             http::header::CONTENT_TYPE,
             http::HeaderValue::from_static(content_type),
+        );
+        // The page loads nothing from elsewhere and talks to this listener only.
+        response.headers_mut().insert(
+            http::header::CONTENT_SECURITY_POLICY,
+            http::HeaderValue::from_static(
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'",
+            ),
         );
         response
     }

@@ -190,7 +190,7 @@ fn leave_out_of(set: &mut Resources, services: &BTreeSet<&str>, removed: &BTreeS
 }
 
 /// An LbEndpoint's primary address as `IP:PORT`.
-fn address_of(e: &epb::LbEndpoint) -> Option<SocketAddr> {
+pub(crate) fn address_of(e: &epb::LbEndpoint) -> Option<SocketAddr> {
     let Some(epb::lb_endpoint::HostIdentifier::Endpoint(ep)) = &e.host_identifier else {
         return None;
     };

@@ -1,13 +1,16 @@
 //! tether's control plane: an ADS management server that serves snapshots
 //! translated from a YAML file a person writes.
 //!
-//! - [`admin`]: the admin listener (`--admin`): `/metrics` for Prometheus.
+//! - [`admin`]: the admin listener (`--admin`): the status page, `/drain`,
+//!   `/metrics` for Prometheus.
 //! - [`dns`]: endpoints written as `NAME:PORT`: resolving the names,
 //!   keeping the last good addresses through DNS trouble, draining the
 //!   addresses that leave an answer.
 //! - [`drain`]: removing DRAINING endpoints once idle or after
 //!   `maxDrain` (a service's `drain`).
 //! - [`fault`]: a route's fault injection (gRFC A33) and its `HTTPFault`.
+//! - [`fleet`]: drain readiness across replicas (`tether-control drain
+//!   status`).
 //! - [`load`]: what load reports say of draining endpoints (drain
 //!   readiness: busy, idle, unknown).
 //! - [`lrs`]: the load reporting service (LRS, gRFC A27) on the ADS port.
@@ -21,6 +24,7 @@
 //! - [`server`]: the ADS state-of-the-world server with versioned snapshots.
 //! - [`session_keys`]: the keys of signed and sealed session cookies, read
 //!   from `session.keysFile`.
+//! - [`status`]: the status page (`GET /`) and its JSON (`GET /status`).
 //! - [`watch`]: reloading the file on change or SIGHUP, keeping the last
 //!   good snapshot when a new file is bad.
 //!
@@ -41,6 +45,7 @@ pub mod model;
 pub mod retry;
 pub mod server;
 pub mod session_keys;
+pub mod status;
 pub mod tls;
 pub mod translate;
 pub mod watch;

@@ -209,6 +209,30 @@ pub struct EndpointStatus {
     pub removed_for_s: Option<f64>,
 }
 
+/// A connected client, for the status page.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ClientSummary {
+    /// Its node ID.
+    pub node: String,
+    /// Its ADS streams.
+    pub ads_streams: usize,
+    /// Its LRS streams.
+    pub lrs_streams: usize,
+    /// The services whose endpoints its ADS streams hold.
+    pub holds: BTreeSet<String>,
+    /// The services it reports load for.
+    pub reports: BTreeSet<String>,
+}
+
+impl ClientSummary {
+    fn named(node: &str) -> Self {
+        ClientSummary {
+            node: node.to_owned(),
+            ..ClientSummary::default()
+        }
+    }
+}
+
 /// One client's view of a draining endpoint.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct ClientStatus {
@@ -357,6 +381,41 @@ impl LoadState {
             clients_connected: nodes.len(),
             endpoints,
         }
+    }
+
+    /// Every connected client (by node), the streams it has open, the
+    /// services whose endpoints it holds and those it reports load for.
+    pub fn clients(&self) -> Vec<ClientSummary> {
+        let mut by_node: BTreeMap<&str, ClientSummary> = BTreeMap::new();
+        for (client, services) in self.holders.values() {
+            let c = by_node
+                .entry(client.node.as_str())
+                .or_insert_with(|| ClientSummary::named(&client.node));
+            c.ads_streams += 1;
+            c.holds.extend(services.iter().cloned());
+        }
+        for (client, reports) in self.reporters.values() {
+            let c = by_node
+                .entry(client.node.as_str())
+                .or_insert_with(|| ClientSummary::named(&client.node));
+            c.lrs_streams += 1;
+            c.reports.extend(reports.keys().cloned());
+        }
+        by_node.into_values().collect()
+    }
+
+    /// Each reporting client's latest report for `service`, by node (a
+    /// node with several streams: their reports added up).
+    pub fn reports_of(&self, service: &str) -> BTreeMap<String, ClusterReport> {
+        let mut out: BTreeMap<String, ClusterReport> = BTreeMap::new();
+        for (client, reports) in self.reporters.values() {
+            if let Some(r) = reports.get(service) {
+                out.entry(client.node.clone())
+                    .or_default()
+                    .add(r.report.clone());
+            }
+        }
+        out
     }
 
     /// Whether a removal may have come due sooner than

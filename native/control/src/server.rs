@@ -138,6 +138,20 @@ impl ControlPlane {
         self.load(|l| l.status(Instant::now()))
     }
 
+    /// The status page's figures ([`crate::status`]) now.
+    pub fn status(&self) -> crate::status::Status {
+        let snapshot = self.snapshot();
+        self.load(|l| {
+            crate::status::status(
+                snapshot.version,
+                &snapshot.resources,
+                &l.status(Instant::now()),
+                l.clients(),
+                |cluster| l.reports_of(cluster),
+            )
+        })
+    }
+
     /// Removes from EDS the DRAINING endpoints due for removal at `now`
     /// (see [`crate::drain`]), publishing the ClusterLoadAssignments
     /// without them; logs and counts each. Returns them.

@@ -74,6 +74,40 @@ async fn until_merged(
     }
 }
 
+/// `GET /status` of `replica` once `want` holds (30 s at most).
+async fn until_status(
+    replica: &Control,
+    what: &str,
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let status = tether_testkit::client::get(replica.admin.unwrap(), "/status", &[])
+            .await
+            .map(|p| p.json())
+            .unwrap_or_default();
+        if want(&status) {
+            return status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{what}: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The endpoint `address` of the cluster `echo` in a `GET /status`.
+fn endpoint_of(status: &serde_json::Value, address: SocketAddr) -> serde_json::Value {
+    status["clusters"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["name"] == "echo"))
+        .and_then(|c| c["endpoints"].as_array())
+        .and_then(|l| l.iter().find(|e| e["address"] == address.to_string()))
+        .cloned()
+        .unwrap_or_default()
+}
+
 fn nodes(status: &serde_json::Value) -> Vec<String> {
     status["clients"]
         .as_array()
@@ -145,6 +179,43 @@ services:
         .until_drain(a2, "A's client uses echo-2", |e| e["verdict"] == "busy")
         .await;
     assert_eq!(nodes(&on_a), ["core-on-a"], "{on_a}");
+    // The status page's JSON on A: every endpoint of echo, echo-2 DRAINING
+    // with its verdict and A's client's figures (per locality: C-core's).
+    let status = until_status(&replica_a, "A's client's load on echo-2", |s| {
+        endpoint_of(s, a2)["load"][0]["requests"].as_u64() > Some(0)
+    })
+    .await;
+    let e2 = endpoint_of(&status, a2);
+    assert_eq!(e2["health"], "DRAINING", "{status}");
+    assert_eq!(e2["drain"]["verdict"], "busy", "{status}");
+    assert_eq!(e2["locality"], "us/b/", "{status}");
+    assert_eq!(e2["load"][0]["node"], "core-on-a", "{status}");
+    assert_eq!(e2["load"][0]["granularity"], "locality", "{status}");
+    let e1 = endpoint_of(&status, a1);
+    assert_eq!(e1["health"], "HEALTHY", "{status}");
+    assert!(e1["drain"].is_null(), "{status}");
+    let clients = status["clients"].as_array().expect("clients");
+    assert_eq!(clients.len(), 1, "{status}");
+    assert_eq!(clients[0]["node"], "core-on-a", "{status}");
+    assert_eq!(
+        clients[0]["streams"],
+        serde_json::json!(["ADS", "LRS"]),
+        "{status}"
+    );
+    assert_eq!(clients[0]["holds"], serde_json::json!(["echo"]), "{status}");
+    assert_eq!(
+        clients[0]["reports"],
+        serde_json::json!(["echo"]),
+        "{status}"
+    );
+    // The page itself: one HTML file that loads nothing from elsewhere.
+    let page = tether_testkit::client::get(replica_a.admin.unwrap(), "/", &[])
+        .await
+        .expect("GET /");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("fetch(\"/status\""), "{}", page.body);
+    assert!(!page.body.contains("http://") && !page.body.contains("https://"));
+
     let on_b = replica_b
         .until_drain(a2, "B's client reported", |e| {
             e["clients"][0]["state"] == "idle"
