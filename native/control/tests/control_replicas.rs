@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use control_support::{control_binary, Control, TempDir};
+use control_support::{control_binary, echo_drain_yaml, Control, TempDir};
 use tether_testkit::grpc::GrpcBackend;
 use tether_testkit::grpcio::{self, Client};
 
@@ -125,28 +125,7 @@ async fn drain_status_merges_replicas_that_each_know_their_own_clients() {
     let echo2 = GrpcBackend::start("echo-2").await;
     let (a1, a2) = (echo1.addr(), echo2.addr());
     // echo-2 drains in a locality of its own: C-core reports per locality.
-    let yaml = format!(
-        r#"virtualhosts:
-  - name: echo.tether.test
-    routes:
-      - services: [{{ name: echo }}]
-        loadBalancerPolicy:
-          strategy: Session
-          session:
-            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
-            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
-services:
-  - name: echo
-    protocol: h2c
-    loadReporting: {{ interval: 0.5s }}
-    endpoints:
-      - address: {a1}
-        locality: us/a
-      - address: {a2}
-        locality: us/b
-        health: DRAINING
-"#
-    );
+    let yaml = echo_drain_yaml(a1, "us/a", a2, "us/b");
     let replica_a = Control::start_with_admin(&yaml).await;
     let mut replica_b = Control::start_with_admin(&yaml).await;
     let (dir_a, dir_b) = (TempDir::new("replica-a"), TempDir::new("replica-b"));

@@ -217,6 +217,36 @@ pub fn jwt_exp(token: &str) -> Result<u64, String> {
     }
 }
 
+/// Adds `creds`' `authorization` headers to a new stream's metadata; a
+/// channel that is not TLS gets none, and the stream fails
+/// UNAUTHENTICATED as in gRPC.
+pub(crate) fn authorize(
+    creds: &[JwtTokenFile],
+    secure: bool,
+    metadata: &mut tonic::metadata::MetadataMap,
+) -> Result<(), tonic::Status> {
+    if creds.is_empty() {
+        return Ok(());
+    }
+    if !secure {
+        return Err(tonic::Status::unauthenticated(
+            "Established channel does not have a sufficient security level to transfer call \
+             credential.",
+        ));
+    }
+    for c in creds {
+        let value = c.authorization()?;
+        let value = value.parse().map_err(|_| {
+            tonic::Status::unauthenticated(format!(
+                "the JWT token in {} is not a valid header value",
+                c.path().display()
+            ))
+        })?;
+        metadata.append("authorization", value);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,8 +41,11 @@ use super::resource::{Resource, ResourceKind, ValidationError, ValidationOptions
 
 mod actor;
 mod connect;
+mod lrs;
 mod pool;
 mod state;
+
+pub use lrs::SEND_ALL_CLUSTERS;
 
 /// gRFC A57's does-not-exist timeout.
 pub const DOES_NOT_EXIST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -265,7 +268,17 @@ pub struct XdsClient {
     scope: Arc<str>,
     certificate_providers:
         Arc<std::collections::BTreeMap<String, crate::bootstrap::CertificateProvider>>,
+    load: Arc<LoadReporting>,
     _stopper: Arc<Stopper>,
+}
+
+/// The client's load reporting: its store, and the LRS stream started on
+/// the first cluster that reports.
+struct LoadReporting {
+    store: crate::load_report::LoadStore,
+    /// Taken by the first [`XdsClient::report_load`].
+    start: Mutex<Option<lrs::Lrs>>,
+    stream: std::sync::OnceLock<Stopper>,
 }
 
 impl std::fmt::Debug for XdsClient {
@@ -366,6 +379,7 @@ impl XdsClient {
             Some(seed) => Backoff::with_seed(options.backoff, seed),
             None => Backoff::new(options.backoff),
         };
+        let actor_channel = channel.clone();
         let actor = actor::Actor {
             shared: Arc::downgrade(&shared),
             cmd_rx,
@@ -376,6 +390,20 @@ impl XdsClient {
             ads: state::Ads::new(state::Config::new(&bootstrap, &server, &options), backoff),
         };
         let handle = tokio::spawn(actor.run());
+        let store = crate::load_report::LoadStore::new();
+        let lrs = lrs::Lrs {
+            channel: actor_channel,
+            node: bootstrap.node.clone(),
+            store: store.clone(),
+            server_uri: server.server_uri.clone(),
+            call_creds: if options.bootstrap_call_creds {
+                crate::call_creds::from_bootstrap(&server.call_creds, "xds_servers[0]")?
+            } else {
+                Vec::new()
+            },
+            secure,
+            backoff: Backoff::new(options.backoff),
+        };
         let client = XdsClient {
             shared,
             server_uri: server.server_uri.into(),
@@ -383,6 +411,11 @@ impl XdsClient {
             node: Arc::new(bootstrap.node.clone()),
             scope,
             certificate_providers: Arc::new(bootstrap.certificate_providers.clone()),
+            load: Arc::new(LoadReporting {
+                store,
+                start: Mutex::new(Some(lrs)),
+                stream: std::sync::OnceLock::new(),
+            }),
             _stopper: Arc::new(Stopper(handle.abort_handle())),
         };
         pool::add(key, &client);
@@ -416,6 +449,33 @@ impl XdsClient {
         &self,
     ) -> &std::collections::BTreeMap<String, crate::bootstrap::CertificateProvider> {
         &self.certificate_providers
+    }
+
+    /// The load of `cluster` (with its EDS service name) that its calls
+    /// count, reported to this client's server over LRS (gRFC A27) when the
+    /// cluster's `lrs_server` is `self`. The first call starts the LRS
+    /// stream on the ADS stream's connection; it runs while the client does.
+    pub fn report_load(
+        &self,
+        cluster: &str,
+        eds_service_name: Option<&str>,
+    ) -> Arc<crate::load_report::ClusterLoad> {
+        let load = self.load.store.cluster(cluster, eds_service_name);
+        self.load.stream.get_or_init(|| {
+            let lrs = self
+                .load
+                .start
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            let handle = match lrs {
+                Some(lrs) => tokio::spawn(lrs.run()),
+                // Unreachable: `start` is taken inside this once.
+                None => tokio::spawn(async {}),
+            };
+            Stopper(handle.abort_handle())
+        });
+        load
     }
 
     /// Watches a resource. A cached resource is in [`Watcher::current`] at

@@ -19,6 +19,8 @@
 //!   XdsClient of the process.
 //! - [`lb_config`]: LB policy configs (outlier detection, weighted round
 //!   robin, least request) and custom policies' names and parsers (A52).
+//! - [`load_report`]: the load a cluster's calls make, reported over LRS
+//!   (gRFC A27).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
@@ -31,6 +33,7 @@ mod env;
 pub mod error;
 pub mod graph;
 pub mod lb_config;
+pub mod load_report;
 pub mod resource;
 pub mod tls;
 

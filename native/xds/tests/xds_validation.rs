@@ -515,6 +515,26 @@ fn cluster_ok(c: &cpb::Cluster) -> ClusterResource {
     (*c).clone()
 }
 
+/// gRFC A27: `lrs_server` must be `self` (the server the cluster came
+/// from), as C-core requires; unset, the cluster reports nothing.
+#[test]
+fn cluster_lrs_server_must_be_self() {
+    assert!(!cluster_ok(&eds_cluster()).lrs_server);
+    let mut c = eds_cluster();
+    c.lrs_server = Some(core::ConfigSource {
+        config_source_specifier: Some(core::config_source::ConfigSourceSpecifier::Self_(
+            core::SelfConfigSource::default(),
+        )),
+        ..Default::default()
+    });
+    assert!(cluster_ok(&c).lrs_server);
+    c.lrs_server = Some(ads());
+    assert_eq!(
+        errors(ResourceKind::Cluster, &pack(&c)),
+        ["lrs_server: ConfigSource is not self"]
+    );
+}
+
 #[test]
 fn eds_cluster_defaults() {
     let c = cluster_ok(&eds_cluster());

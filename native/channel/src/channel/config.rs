@@ -22,7 +22,7 @@ use crate::xds::resource::listener::{FilterConfig, HttpFilter, SessionState};
 use crate::xds::resource::route::{
     Action, ClusterSpecifier, PathMatcher, Route, RouteAction, RouteMatcher, VirtualHost,
 };
-use crate::xds::Resource;
+use crate::xds::{Resource, XdsClient};
 use tether_core::http::set_cookie::CookieSpec;
 
 /// One resolved listener: the virtual host for the channel's authority and
@@ -42,7 +42,7 @@ pub struct ChannelConfig {
 /// The channel's config from one walk of the xDS graph: `None` while
 /// resources are still awaited, an error (the message calls fail with) when
 /// the listener or its routes cannot be had.
-pub fn from_walk(w: &Walk) -> Option<Result<ChannelConfig, String>> {
+pub fn from_walk(w: &Walk, client: &XdsClient) -> Option<Result<ChannelConfig, String>> {
     let listener = w.listener.as_ref()?;
     let Some(l) = w.listener_resource() else {
         return listener.error.as_ref().map(|e| Err(e.to_string()));
@@ -68,7 +68,7 @@ pub fn from_walk(w: &Walk) -> Option<Result<ChannelConfig, String>> {
                 name: name.clone(),
                 message: message.clone(),
             },
-            Resolution::Leaves(leaves) => match resolve_leaves(w, leaves) {
+            Resolution::Leaves(leaves) => match resolve_leaves(w, client, leaves) {
                 Err(message) => cds::Config::Error {
                     name: name.clone(),
                     message,
@@ -97,8 +97,13 @@ pub fn from_walk(w: &Walk) -> Option<Result<ChannelConfig, String>> {
 }
 
 /// Each leaf cluster with its endpoints; a missing EDS resource gives an
-/// empty list (its calls fail with the priority policy's reason).
-fn resolve_leaves(w: &Walk, leaves: &[String]) -> Result<Vec<LeafCluster>, String> {
+/// empty list (its calls fail with the priority policy's reason). A
+/// cluster with an `lrs_server` gets its load from `client`.
+fn resolve_leaves(
+    w: &Walk,
+    client: &XdsClient,
+    leaves: &[String],
+) -> Result<Vec<LeafCluster>, String> {
     leaves
         .iter()
         .map(|leaf| {
@@ -127,10 +132,16 @@ fn resolve_leaves(w: &Walk, leaves: &[String]) -> Result<Vec<LeafCluster>, Strin
                     return Err(format!("cluster {leaf:?} is an aggregate, not a leaf"))
                 }
             };
+            let load = cluster.lrs_server.then(|| {
+                crate::lb::cluster_impl::LoadHandle(
+                    client.report_load(leaf, cluster.eds_name()),
+                )
+            });
             Ok(LeafCluster {
                 name: leaf.as_str().into(),
                 cluster,
                 endpoints,
+                load,
             })
         })
         .collect()
@@ -333,6 +344,7 @@ impl StaticConfig {
                 max_requests: DEFAULT_MAX_REQUESTS,
                 outlier_detection: None,
                 security: None,
+                lrs_server: false,
             }),
             endpoints: Arc::new(EndpointsResource {
                 cluster_name: self.cluster.clone(),
@@ -344,6 +356,7 @@ impl StaticConfig {
                     .collect(),
                 drop_overloads: Vec::new(),
             }),
+            load: None,
         };
         let route = Route {
             name: String::new(),

@@ -262,3 +262,33 @@ impl Control {
         )
     }
 }
+
+/// The virtual host `echo.tether.test` behind C-core's session cookie
+/// (`grpc-session`, sessions kept on DRAINING endpoints) to the service
+/// `echo`, which reports load every 0.5 s: `a1` HEALTHY in `locality1`,
+/// `a2` DRAINING in `locality2`.
+#[allow(dead_code)]
+pub fn echo_drain_yaml(a1: SocketAddr, locality1: &str, a2: SocketAddr, locality2: &str) -> String {
+    format!(
+        r#"virtualhosts:
+  - name: echo.tether.test
+    routes:
+      - services: [{{ name: echo }}]
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: {{ name: grpc-session, path: /, ttl: 60s }}
+            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
+services:
+  - name: echo
+    protocol: h2c
+    loadReporting: {{ interval: 0.5s }}
+    endpoints:
+      - address: {a1}
+        locality: {locality1}
+      - address: {a2}
+        locality: {locality2}
+        health: DRAINING
+"#
+    )
+}

@@ -191,26 +191,7 @@ impl Actor {
 
     /// Adds the call credentials' headers to a new stream's metadata.
     fn authorize(&self, metadata: &mut tonic::metadata::MetadataMap) -> Result<(), tonic::Status> {
-        if self.call_creds.is_empty() {
-            return Ok(());
-        }
-        if !self.secure {
-            return Err(tonic::Status::unauthenticated(
-                "Established channel does not have a sufficient security level to transfer call \
-                 credential.",
-            ));
-        }
-        for creds in &self.call_creds {
-            let value = creds.authorization()?;
-            let value = value.parse().map_err(|_| {
-                tonic::Status::unauthenticated(format!(
-                    "the JWT token in {} is not a valid header value",
-                    creds.path().display()
-                ))
-            })?;
-            metadata.append("authorization", value);
-        }
-        Ok(())
+        crate::call_creds::authorize(&self.call_creds, self.secure, metadata)
     }
 }
 

@@ -29,6 +29,7 @@ struct Pooled {
     node: Arc<Node>,
     certificate_providers:
         Arc<std::collections::BTreeMap<String, crate::bootstrap::CertificateProvider>>,
+    load: std::sync::Weak<super::LoadReporting>,
 }
 
 impl Pooled {
@@ -46,6 +47,7 @@ impl Pooled {
             node: self.node.clone(),
             scope: self.scope.clone(),
             certificate_providers: self.certificate_providers.clone(),
+            load: self.load.upgrade()?,
             _stopper: stopper,
         })
     }
@@ -86,5 +88,6 @@ pub(super) fn add(key: Option<PoolKey>, client: &XdsClient) {
         node: client.node.clone(),
         scope: client.scope.clone(),
         certificate_providers: client.certificate_providers.clone(),
+        load: Arc::downgrade(&client.load),
     });
 }

@@ -60,6 +60,10 @@ pub struct ClusterResource {
     /// The TLS its connections must use (A29: `transport_socket`), when
     /// the cluster asks for it.
     pub security: Option<super::security::UpstreamTls>,
+    /// Its calls' load is reported over LRS to the server the cluster came
+    /// from (gRFC A27: `lrs_server` set to `self`; any other ConfigSource
+    /// is refused, as in gRPC).
+    pub lrs_server: bool,
 }
 
 /// gRPC's default `max_requests`.
@@ -262,6 +266,25 @@ pub(crate) fn validate(c: &mut Check, cl: &Cluster) -> ClusterResource {
             .as_ref()
             .and_then(|od| c.at("outlier_detection", |c| outlier_detection(c, od))),
         security: super::security::upstream_tls(c, cl),
+        lrs_server: c.at("lrs_server", |c| lrs_server(c, cl.lrs_server.as_ref())),
+    }
+}
+
+/// Whether the cluster reports load: `lrs_server` must be `self` when set.
+fn lrs_server(
+    c: &mut Check,
+    source: Option<&envoy_types::pb::envoy::config::core::v3::ConfigSource>,
+) -> bool {
+    use envoy_types::pb::envoy::config::core::v3::config_source::ConfigSourceSpecifier as S;
+    match source {
+        None => false,
+        Some(s) => match &s.config_source_specifier {
+            Some(S::Self_(_)) => true,
+            _ => {
+                c.fail("ConfigSource is not self");
+                false
+            }
+        },
     }
 }
 

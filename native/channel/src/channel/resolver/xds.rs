@@ -21,7 +21,7 @@ pub(crate) async fn run(
     control: mpsc::UnboundedSender<Control>,
 ) {
     let mut events = client.events();
-    let mut graph = Graph::new(client, target.clone());
+    let mut graph = Graph::new(client.clone(), target.clone());
     let mut last: Option<Result<ChannelConfig, String>> = None;
     let mut reported_errors: Vec<String> = Vec::new();
     loop {
@@ -33,7 +33,7 @@ pub(crate) async fn run(
             }
         }
         reported_errors = walk.errors.clone();
-        if let Some(result) = config::from_walk(&walk) {
+        if let Some(result) = config::from_walk(&walk, &client) {
             if last.as_ref() != Some(&result) {
                 if let Ok(c) = &result {
                     log::info!(

@@ -41,6 +41,9 @@ pub struct LeafCluster {
     pub cluster: Arc<ClusterResource>,
     /// Its endpoints (EDS, or a static list).
     pub endpoints: Arc<EndpointsResource>,
+    /// Where its calls' load is counted, when the cluster reports load
+    /// (`lrs_server`, gRFC A27).
+    pub load: Option<cluster_impl::LoadHandle>,
 }
 
 /// `cds`'s config: the cluster as resolved.
@@ -278,6 +281,17 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
         eds_service_name: leaf.cluster.eds_name().map(str::to_owned),
         max_requests: leaf.cluster.max_requests,
         drops: leaf.endpoints.drop_overloads.clone(),
+        load: leaf.load.clone(),
+        localities: leaf
+            .load
+            .as_ref()
+            .map(|_| {
+                leaf.endpoints
+                    .endpoints()
+                    .flat_map(|(_, l, e)| e.addresses.first().map(|a| (*a, l.locality.clone())))
+                    .collect()
+            })
+            .unwrap_or_default(),
         child: Box::new(LbConfig::OverrideHost(override_host::Config {
             override_host_status: leaf.cluster.override_host_status,
             idle_timeout: leaf.cluster.idle_timeout,

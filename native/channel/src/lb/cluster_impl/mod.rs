@@ -8,11 +8,23 @@
 //!   A call counts from its pick until it ends.
 //!
 //! Both are drops: they fail even `wait_for_ready` calls, as in C-core.
+//!
+//! A cluster that reports load (LRS, gRFC A27) counts here too, as
+//! C-core's `xds_cluster_impl` does: each drop by its category (circuit
+//! breaking uncategorized), each call picked on an endpoint as issued and
+//! in progress until it ends, succeeded or failed. The picker holds each
+//! endpoint's counters, so a call costs a few atomic additions; a cluster
+//! that does not report pays nothing.
 
 mod picker;
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+
+use crate::xds::load_report::ClusterLoad;
+use crate::xds::resource::endpoint::LocalityName;
 
 use super::{Child, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, PolicyStats, SharedPicker};
 pub use crate::xds::resource::endpoint::DropOverload;
@@ -33,8 +45,24 @@ pub struct Config {
     pub max_requests: u32,
     /// Drop categories in order.
     pub drops: Vec<DropOverload>,
+    /// Where the cluster's load is counted, when it reports load.
+    pub load: Option<LoadHandle>,
+    /// Each endpoint's (primary address's) locality, for the load's
+    /// counters (empty when the cluster does not report).
+    pub localities: HashMap<SocketAddr, LocalityName>,
     /// The policy underneath (priority).
     pub child: Box<LbConfig>,
+}
+
+/// A cluster's load counters ([`ClusterLoad`]); equal when they are the
+/// same counters.
+#[derive(Debug, Clone)]
+pub struct LoadHandle(pub Arc<ClusterLoad>);
+
+impl PartialEq for LoadHandle {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// The `xds_cluster_impl` policy.

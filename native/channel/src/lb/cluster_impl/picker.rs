@@ -1,6 +1,8 @@
 //! xds_cluster_impl's picker: drop categories, then the circuit breaker,
 //! then the child's pick, counted until the call ends.
 
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -8,6 +10,7 @@ use tonic::Status;
 
 use super::{Config, DropOverload};
 use crate::lb::{random, CallTracker, PickArgs, PickResult, Picker, SharedPicker};
+use crate::xds::load_report::{ClusterLoad, EndpointLoad};
 
 /// Decrements the cluster's in-flight count when a call ends.
 #[derive(Debug)]
@@ -24,22 +27,54 @@ impl CallTracker for InFlight {
     }
 }
 
+/// Ends a picked call's count in its endpoint's (and locality's) load.
+#[derive(Debug)]
+struct Counted(Arc<EndpointLoad>);
+
+impl CallTracker for Counted {
+    fn finished(&self, ok: bool) {
+        self.0.finish(ok);
+    }
+
+    fn released(&self) {
+        // Picked but never sent: gRPC counts nothing for it.
+        self.0.cancel();
+    }
+}
+
+/// A reporting cluster's counters, made when the picker is.
+#[derive(Debug)]
+struct Load {
+    cluster: Arc<ClusterLoad>,
+    endpoints: HashMap<SocketAddr, Arc<EndpointLoad>>,
+}
+
 /// The picker of one cluster.
 #[derive(Debug)]
 pub struct ClusterImplPicker {
     drops: Vec<DropOverload>,
     max_requests: u64,
     in_flight: Arc<InFlight>,
+    load: Option<Load>,
     child: SharedPicker,
 }
 
 impl ClusterImplPicker {
     /// A picker for `config` over the child's picker.
     pub fn new(config: &Config, in_flight: Arc<AtomicU64>, child: SharedPicker) -> Self {
+        let load = config.load.as_ref().map(|handle| Load {
+            endpoints: config
+                .localities
+                .iter()
+                .map(|(address, locality)| (*address, handle.0.endpoint(locality, *address)))
+                .collect(),
+            cluster: handle.0.clone(),
+        });
         ClusterImplPicker {
             drops: config.drops.clone(),
             max_requests: u64::from(config.max_requests),
             in_flight: Arc::new(InFlight(in_flight)),
+            load,
             child,
         }
     }
@@ -49,6 +84,9 @@ impl Picker for ClusterImplPicker {
     fn pick(&self, args: &PickArgs<'_>) -> PickResult {
         for d in &self.drops {
             if random::below(1_000_000) < u64::from(d.per_million) {
+                if let Some(load) = &self.load {
+                    load.cluster.dropped(Some(&d.category));
+                }
                 return PickResult::Drop(Status::unavailable(format!(
                     "EDS-configured drop: {}",
                     d.category
@@ -56,12 +94,21 @@ impl Picker for ClusterImplPicker {
             }
         }
         if self.in_flight.0.load(Ordering::Relaxed) >= self.max_requests {
+            if let Some(load) = &self.load {
+                load.cluster.dropped(None);
+            }
             return PickResult::Drop(Status::unavailable("circuit breaker drop"));
         }
         match self.child.pick(args) {
             PickResult::Complete(mut pick) => {
                 self.in_flight.0.fetch_add(1, Ordering::Relaxed);
                 pick.trackers.push(self.in_flight.clone());
+                if let Some(load) = &self.load {
+                    if let Some(e) = load.endpoints.get(&pick.subchannel.address()) {
+                        e.start();
+                        pick.trackers.push(Arc::new(Counted(e.clone())));
+                    }
+                }
                 PickResult::Complete(pick)
             }
             other => other,

@@ -879,6 +879,7 @@ mod cds {
                 max_requests: 1024,
                 outlier_detection: None,
                 security: None,
+                lrs_server: false,
             }),
             endpoints: Arc::new(EndpointsResource {
                 cluster_name: "hashed".into(),
@@ -895,6 +896,7 @@ mod cds {
                 ],
                 drop_overloads: Vec::new(),
             }),
+            load: None,
         }))
     }
 

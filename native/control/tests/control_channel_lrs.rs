@@ -1,0 +1,119 @@
+//! tether::Channel reporting load (LRS, gRFC A27) to tether-control: a
+//! cluster with `lrs_server: self` (a service with `loadReporting`) gets an
+//! LRS stream on the ADS connection; the channel reports per locality and,
+//! as tether-control asks, per endpoint. A session pinned by its cookie to a
+//! DRAINING endpoint makes the drain verdict `busy` with the channel named,
+//! and `idle` once its calls go elsewhere while the channel still reports.
+
+mod control_support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use control_support::{echo_drain_yaml, Control, TempDir};
+use tether_proto::demo::v1::echo_client::EchoClient;
+use tether_proto::demo::v1::EchoRequest;
+use tether_testkit::grpc::GrpcBackend;
+
+/// The C-core-format `grpc-session` cookie pinning `echo/session` to `to`.
+fn session_cookie(to: SocketAddr) -> String {
+    let mut pinned = tether_core::cookie::SessionCookie::new(tether_core::AddressList::one(to));
+    pinned.cluster = Some("echo/session".to_owned());
+    let value = tether_core::cookie::encode(&pinned, tether_core::Format::Grpc, None).unwrap();
+    format!("grpc-session={value}")
+}
+
+/// One Echo call with `cookie`; the backend that answered.
+async fn call(channel: &tether::Channel, cookie: &str) -> String {
+    let mut client = EchoClient::new(channel.clone());
+    let mut request = tonic::Request::new(EchoRequest {
+        message: "x".into(),
+    });
+    request.set_timeout(Duration::from_secs(10));
+    request
+        .metadata_mut()
+        .insert("cookie", cookie.parse().unwrap());
+    client
+        .echo(request)
+        .await
+        .unwrap_or_else(|e| panic!("call with {cookie}: {e}"))
+        .into_inner()
+        .backend
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_channel_reports_load_so_a_draining_endpoint_turns_busy_then_idle() {
+    let echo1 = GrpcBackend::start("echo-1").await;
+    let echo2 = GrpcBackend::start("echo-2").await;
+    let (a1, a2) = (echo1.addr(), echo2.addr());
+    let yaml = echo_drain_yaml(a1, "us/a", a2, "us/a");
+    let control = Control::start_with_admin(&yaml).await;
+    let dir = TempDir::new("channel-lrs");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("tether-channel"));
+    let channel = tether::Channel::builder()
+        .bootstrap(tether_xds::Bootstrap::from_file(&bootstrap).unwrap())
+        .connect("xds:///echo.tether.test")
+        .unwrap();
+
+    // A session pinned to echo-2, calling: busy, named, per endpoint (both
+    // endpoints share a locality: only per-endpoint figures can tell).
+    let on_2 = session_cookie(a2);
+    let calling = {
+        let channel = channel.clone();
+        let cookie = on_2.clone();
+        tokio::spawn(async move {
+            let mut backends = Vec::new();
+            for _ in 0..40 {
+                backends.push(call(&channel, &cookie).await);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            backends
+        })
+    };
+    let busy = control
+        .until_drain(a2, "the channel's session on echo-2", |e| {
+            e["verdict"] == "busy"
+        })
+        .await;
+    let me = &busy["clients"][0];
+    assert_eq!(me["node"], "tether-channel", "{busy}");
+    assert_eq!(me["state"], "busy", "{busy}");
+    assert_eq!(me["granularity"], "endpoint", "{busy}");
+    assert!(me["requests"].as_u64() > Some(0), "{busy}");
+    let backends = calling.await.unwrap();
+    assert!(backends.iter().all(|b| b == "echo-2"), "{backends:?}");
+
+    // Its calls now go to echo-1 (a session there); the channel keeps
+    // reporting, so echo-2 turns idle.
+    let on_1 = session_cookie(a1);
+    let calling = {
+        let channel = channel.clone();
+        tokio::spawn(async move {
+            for _ in 0..60 {
+                assert_eq!(call(&channel, &on_1).await, "echo-1");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let idle = control
+        .until_drain(a2, "the channel's calls left echo-2", |e| {
+            e["verdict"] == "idle"
+        })
+        .await;
+    assert_eq!(idle["clients"][0]["node"], "tether-channel", "{idle}");
+    assert_eq!(idle["clients"][0]["state"], "idle", "{idle}");
+    calling.await.unwrap();
+
+    // The status page's figures: echo-1's calls, per endpoint.
+    let status = tether_testkit::client::get(control.admin.unwrap(), "/status", &[])
+        .await
+        .unwrap()
+        .json();
+    let clients = status["clients"].as_array().unwrap();
+    assert_eq!(clients[0]["node"], "tether-channel", "{status}");
+    assert_eq!(
+        clients[0]["reports"],
+        serde_json::json!(["echo"]),
+        "{status}"
+    );
+}
