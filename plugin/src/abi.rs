@@ -21,9 +21,11 @@ use tether_core::config::Problem;
 use tether_core::ConfigError;
 
 use crate::config::PluginConfig;
-use crate::filter::{Counter, Exchange, HeaderMap, Host, Level, Plugin};
+use crate::filter::{Exchange, HeaderMap, Host, Level, Plugin};
+use crate::metrics::{Counter, Tally, COUNTERS};
 
 const OK: u32 = 0;
+const NOT_FOUND: u32 = 1;
 const REQUEST_HEADERS: u32 = 0;
 const RESPONSE_HEADERS: u32 = 2;
 const PLUGIN_CONFIGURATION: u32 = 7;
@@ -91,10 +93,30 @@ extern "C" {
     fn wasi_random_get(buf: *mut u8, len: usize) -> u32;
 }
 
+/// Counts a failed host call (a status other than OK).
+#[inline]
+fn failed(status: u32) {
+    if status != OK {
+        host_call_failed();
+    }
+}
+
+/// Out of line: the calls that can fail stay as short as they were.
+#[cold]
+#[inline(never)]
+fn host_call_failed() {
+    TALLY.with(|t| t.add(Counter::HostCallFailures));
+}
+
 /// Takes ownership of a buffer the host allocated through
 /// `proxy_on_memory_allocate` (exactly `size` bytes, as a `Vec<u8>` holds them).
+/// "Not found" is an answer (the header or property is absent); any other
+/// failure is counted.
 fn owned(status: u32, data: *mut u8, size: usize) -> Option<Vec<u8>> {
     if status != OK {
+        if status != NOT_FOUND {
+            host_call_failed();
+        }
         return None;
     }
     // An empty value is present all the same (a client's empty override
@@ -104,6 +126,7 @@ fn owned(status: u32, data: *mut u8, size: usize) -> Option<Vec<u8>> {
         return Some(Vec::new());
     }
     if data.is_null() {
+        host_call_failed();
         return None;
     }
     // SAFETY: on success the host wrote a pointer it got from the plugin's
@@ -122,11 +145,18 @@ fn log_level() -> Option<u32> {
     (unsafe { proxy_get_log_level(&mut level) } == OK).then_some(level)
 }
 
+/// The clock in epoch seconds; a failed read or a zero is counted (the last
+/// reading stays in use; without one, streams are left alone: see
+/// `Plugin::on_request`).
 fn clock() -> Option<u64> {
     let mut nanos = 0u64;
     // SAFETY: the host writes one u64.
     let status = unsafe { proxy_get_current_time_nanoseconds(&mut nanos) };
-    (status == OK && nanos > 0).then_some(nanos / 1_000_000_000)
+    let now = (status == OK && nanos > 0).then_some(nanos / 1_000_000_000);
+    if now.is_none() {
+        host_call_failed();
+    }
+    now
 }
 
 fn plugin_configuration() -> Option<Vec<u8>> {
@@ -151,13 +181,13 @@ impl Envoy {
     fn set(map: u32, name: &str, value: &str, add: bool) {
         let (k, v) = (name.as_bytes(), value.as_bytes());
         // SAFETY: pointers and lengths of live strings.
-        unsafe {
+        failed(unsafe {
             if add {
-                proxy_add_header_map_value(map, k.as_ptr(), k.len(), v.as_ptr(), v.len());
+                proxy_add_header_map_value(map, k.as_ptr(), k.len(), v.as_ptr(), v.len())
             } else {
-                proxy_replace_header_map_value(map, k.as_ptr(), k.len(), v.as_ptr(), v.len());
+                proxy_replace_header_map_value(map, k.as_ptr(), k.len(), v.as_ptr(), v.len())
             }
-        }
+        });
     }
 
     fn value(map: u32, name: &str) -> Option<Vec<u8>> {
@@ -169,7 +199,7 @@ impl Envoy {
 
     fn remove(map: u32, name: &str) {
         // SAFETY: pointer and length of a live string.
-        unsafe { proxy_remove_header_map_value(map, name.as_ptr(), name.len()) };
+        failed(unsafe { proxy_remove_header_map_value(map, name.as_ptr(), name.len()) });
     }
 }
 
@@ -216,7 +246,7 @@ impl Host for Envoy {
     fn local_reply(&mut self, status: u32, details: &str, body: &str) {
         let headers = HeaderMap::from_pairs([("content-type", &b"text/plain"[..])]);
         // SAFETY: pointers and lengths of live buffers.
-        unsafe {
+        failed(unsafe {
             proxy_send_local_response(
                 status,
                 details.as_ptr(),
@@ -227,7 +257,7 @@ impl Host for Envoy {
                 headers.0.len(),
                 -1,
             )
-        };
+        });
     }
 
     fn log(&mut self, level: Level, message: &str) {
@@ -236,31 +266,62 @@ impl Host for Envoy {
 
     fn random(&mut self, out: &mut [u8]) -> bool {
         // SAFETY: the host writes exactly `out.len()` bytes into `out`.
-        unsafe { wasi_random_get(out.as_mut_ptr(), out.len()) == OK }
+        let status = unsafe { wasi_random_get(out.as_mut_ptr(), out.len()) };
+        failed(status);
+        status == OK
     }
 
     fn count(&mut self, counter: Counter) {
-        // Defined on first use, once per VM.
-        const COUNTER: u32 = 0;
-        let id = with(|c| {
-            if let Some(id) = c.metrics.get(counter.name()) {
-                return Some(*id);
+        // VM memory only: the timer hands the counts to Envoy.
+        TALLY.with(|t| t.add(counter));
+    }
+}
+
+std::thread_local! {
+    /// Counts not yet in Envoy's stats (see `crate::metrics`).
+    static TALLY: Tally = const { Tally::new() };
+    /// Envoy's ids of the counters defined in this VM, by index.
+    static METRIC_IDS: RefCell<[Option<u32>; COUNTERS]> = const { RefCell::new([None; COUNTERS]) };
+}
+
+/// Defines every counter not yet defined in this VM, so that each shows in
+/// Envoy's stats (at zero) from the first configuration on.
+fn define_metrics() {
+    const COUNTER: u32 = 0;
+    METRIC_IDS.with_borrow_mut(|ids| {
+        for counter in Counter::ALL {
+            let slot = &mut ids[counter.index()];
+            if slot.is_some() {
+                continue;
             }
             let name = counter.name();
             let mut id = 0;
             // SAFETY: pointer and length of a live string; `id` is writable.
             let status =
                 unsafe { proxy_define_metric(COUNTER, name.as_ptr(), name.len(), &mut id) };
-            (status == OK).then(|| {
-                c.metrics.insert(name, id);
-                id
-            })
-        });
-        if let Some(id) = id {
-            // SAFETY: a plain value call.
-            unsafe { proxy_increment_metric(id, 1) };
+            if status == OK {
+                *slot = Some(id);
+            }
         }
-    }
+    });
+}
+
+/// Hands the VM's counts to Envoy: one `proxy_increment_metric` per counter
+/// that moved since the last flush; a count Envoy does not take is kept for
+/// the next one.
+fn flush_metrics() {
+    define_metrics();
+    METRIC_IDS.with_borrow(|ids| {
+        TALLY.with(|t| {
+            t.flush(|counter, delta| {
+                let (Some(id), Ok(delta)) = (ids[counter.index()], i64::try_from(delta)) else {
+                    return false;
+                };
+                // SAFETY: plain value arguments.
+                unsafe { proxy_increment_metric(id, delta) == OK }
+            })
+        })
+    });
 }
 
 /// One plugin configuration (a root context) in one VM (per worker).
@@ -286,8 +347,6 @@ struct Stream {
 struct Contexts {
     roots: BTreeMap<u32, Root>,
     streams: BTreeMap<u32, Stream>,
-    /// Defined metrics by name.
-    metrics: BTreeMap<&'static str, u32>,
 }
 
 std::thread_local! {
@@ -367,8 +426,9 @@ pub extern "C" fn proxy_on_configure(root: u32, _size: usize) -> u32 {
                 r.plugin = Some(plugin);
                 r.now = now;
             });
+            define_metrics();
             // SAFETY: a plain value argument.
-            unsafe { proxy_set_tick_period_milliseconds(1000) };
+            failed(unsafe { proxy_set_tick_period_milliseconds(1000) });
             1
         }
         Err(e) => {
@@ -378,12 +438,16 @@ pub extern "C" fn proxy_on_configure(root: u32, _size: usize) -> u32 {
                 Level::Error,
                 &alloc::format!("tether: invalid plugin configuration: {e}"),
             );
+            // At once: a refused configuration may never tick.
+            TALLY.with(|t| t.add(Counter::ConfigErrors));
+            flush_metrics();
             0
         }
     }
 }
 
-/// Once a second: the clock streams read (cookie expiries are whole seconds).
+/// Once a second: the clock streams read (cookie expiries are whole seconds),
+/// and the counts of the last second handed to Envoy's stats.
 #[no_mangle]
 pub extern "C" fn proxy_on_tick(root: u32) {
     if let Some(now) = clock() {
@@ -393,6 +457,7 @@ pub extern "C" fn proxy_on_tick(root: u32) {
             }
         });
     }
+    flush_metrics();
 }
 
 /// The plugin and clock of `stream`'s root, outside the borrow (host calls
@@ -432,14 +497,18 @@ pub extern "C" fn proxy_on_response_headers(stream: u32, _headers: usize, _eos: 
     }
 }
 
-/// A context is gone.
+/// A context is gone. When it is the VM's last root context (the plugin
+/// is being removed), the counts since the last tick go to Envoy now.
 #[no_mangle]
 pub extern "C" fn proxy_on_delete(context_id: u32) {
-    with(|c| {
-        if c.streams.remove(&context_id).is_none() {
-            c.roots.remove(&context_id);
-        }
+    let last_root = with(|c| {
+        c.streams.remove(&context_id).is_none()
+            && c.roots.remove(&context_id).is_some()
+            && c.roots.is_empty()
     });
+    if last_root {
+        flush_metrics();
+    }
 }
 
 fn describe(config: &PluginConfig) -> String {

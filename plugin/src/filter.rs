@@ -29,6 +29,7 @@ use tether_core::{AddressList, Format};
 
 use crate::config::{OverrideEncoding, PluginConfig};
 use crate::memo::Memo;
+pub use crate::metrics::Counter;
 
 /// Envoy's response code details when the response came from the upstream
 /// (any other value is a local reply: no host answered).
@@ -83,30 +84,12 @@ pub trait Host {
     fn local_reply(&mut self, status: u32, details: &str, body: &str);
     /// Writes a log line.
     fn log(&mut self, level: Level, message: &str);
-    /// Adds one to a counter in Envoy's stats.
+    /// Adds one to a counter in Envoy's stats (see [`crate::metrics`]: on
+    /// the request path this is VM memory, handed to Envoy by the timer).
     fn count(&mut self, counter: Counter);
     /// Fills `out` with random bytes from the host (WASI `random_get`);
     /// false when the host has none.
     fn random(&mut self, out: &mut [u8]) -> bool;
-}
-
-/// The plugin's counters in Envoy's stats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Counter {
-    /// A request pinned by a cookie stock Envoy's cookie session state would
-    /// not read (a plain `legacy` text it takes for a protobuf, or an
-    /// unpadded value): its response re-issues the cookie in a form it reads.
-    EnvoyMisreads,
-}
-
-impl Counter {
-    /// The stat's name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Counter::EnvoyMisreads => "tether.session_cookie_envoy_misreads",
-        }
-    }
 }
 
 /// A header map in proxy-wasm's serialization: a little-endian `u32` count,
@@ -240,9 +223,10 @@ impl Plugin {
         nonce
     }
 
-    /// Counts a pin whose cookie stock Envoy would not read, and says so
-    /// once per address.
+    /// Counts a pinned request, and one whose cookie stock Envoy would not
+    /// read, which it says once per address.
     fn note(&self, host: &mut impl Host, pin: &Pin) {
+        host.count(Counter::Pinned);
         if !pin.envoy_misreads || self.config.session.cookie_name().is_none() {
             return;
         }
@@ -355,7 +339,11 @@ impl Plugin {
     }
 
     /// The request read whole: every `Cookie` header, `:path`, the session
-    /// header and a client's override header, from one map.
+    /// header and a client's override header, from one map. Out of line:
+    /// inlined into the request callback, it made every request dearer in
+    /// the in-process interpreter, the quick ones too (370 units of
+    /// `plugin_cost.rs`'s fuel each; V8 in Envoy shows no difference).
+    #[inline(never)]
     fn on_request_full(&self, host: &mut impl Host, now: Option<u64>) -> Exchange {
         let cfg = &self.config;
         let session = &cfg.session;
@@ -426,13 +414,18 @@ impl Plugin {
                     }
                 }
             }
-            Lookup::Miss(miss) if self.debug && *miss != Miss::Absent => {
-                host.log(
-                    Level::Debug,
-                    &alloc::format!("tether: session ignored, load balancing: {miss:?}"),
-                );
+            Lookup::Miss(miss) => {
+                if let Some(counter) = refused(miss) {
+                    host.count(counter);
+                }
+                if self.debug && *miss != Miss::Absent {
+                    host.log(
+                        Level::Debug,
+                        &alloc::format!("tether: session ignored, load balancing: {miss:?}"),
+                    );
+                }
             }
-            _ => {}
+            Lookup::Bypass => host.count(Counter::PathGateBypassed),
         }
         Exchange {
             lookup: Rc::new(lookup),
@@ -519,21 +512,58 @@ impl Plugin {
                 return true;
             }
         }
-        if !wants {
-            return false;
+        if wants {
+            self.write(host, ex, &served);
         }
+        false
+    }
+
+    /// Writes the cookie (or the session header) due after `served`
+    /// answered, and counts why. Out of line: a pinned response served by
+    /// its host (the common case) does not pay for its larger frame in the
+    /// in-process interpreter (about 800 units of `plugin_cost.rs`'s fuel
+    /// per response; V8 in Envoy shows no difference).
+    #[inline(never)]
+    fn write(&self, host: &mut impl Host, ex: &Exchange, served: &Served<'_>) {
+        let session = &self.config.session;
         // Randomness is drawn only for a sealed value about to be written.
         let nonce = if session.config().format.is_sealed() {
             self.nonce(host, ex.now)
         } else {
             [0; NONCE_LEN]
         };
-        match session.respond_with(&ex.lookup, &served, ex.now, &nonce) {
+        match session.respond_with(&ex.lookup, served, ex.now, &nonce) {
             Some(Emit::SetCookie(value)) => host.add_response_header("set-cookie", &value),
             Some(Emit::Header { name, value }) => host.set_response_header(&name, &value),
-            None => {}
+            None => return,
         }
-        false
+        host.count(written(&ex.lookup, served));
+    }
+}
+
+/// The counter of a request whose session was refused (none for a request
+/// without one).
+pub fn refused(miss: &Miss) -> Option<Counter> {
+    match miss {
+        Miss::Absent => None,
+        Miss::Invalid(cookie::DecodeError::Sealed)
+        | Miss::BadMac
+        | Miss::Unsigned
+        | Miss::Unsealed => Some(Counter::RefusedUnverified),
+        Miss::Invalid(_) => Some(Counter::RefusedInvalid),
+        Miss::Expired(_) => Some(Counter::RefusedExpired),
+    }
+}
+
+/// The counter of a cookie written for `lookup` after the host of `served`
+/// answered, following the core's reasons to write one: no usable session
+/// (new), another host than the session's primary (moved), or the session's
+/// host with the value to re-issue (cluster, signature, seal, spelling).
+pub fn written(lookup: &Lookup, served: &Served<'_>) -> Counter {
+    match lookup.addresses() {
+        None => Counter::WrittenNew,
+        Some(pinned) if Some(pinned.primary()) != served.address => Counter::WrittenMoved,
+        Some(_) => Counter::WrittenReissued,
     }
 }
 
@@ -578,6 +608,7 @@ mod tests {
         reply: Option<u32>,
         random_byte: u8,
         random_works: bool,
+        counts: Vec<Counter>,
     }
 
     impl FakeHost {
@@ -667,7 +698,9 @@ mod tests {
             self.reply = Some(status);
         }
         fn log(&mut self, _level: Level, _message: &str) {}
-        fn count(&mut self, _counter: Counter) {}
+        fn count(&mut self, counter: Counter) {
+            self.counts.push(counter);
+        }
         fn random(&mut self, out: &mut [u8]) -> bool {
             self.calls.push("random".into());
             for (i, b) in out.iter_mut().enumerate() {
@@ -1156,5 +1189,151 @@ mod tests {
         for v in &values {
             assert!(cookie::decode(v, ring).is_ok());
         }
+    }
+
+    /// What one exchange counted, request side then response side.
+    fn counted(p: &Plugin, request: &[(&str, &str)], served: &str) -> (Vec<Counter>, Vec<Counter>) {
+        let (req, resp) = exchange(p, request, served);
+        (req.counts, resp.counts)
+    }
+
+    /// The counters follow the core's decisions: each request counts at most
+    /// one of pinned, refused (why) and bypassed, plus a misread pin; each
+    /// response at most one cookie written (why).
+    #[test]
+    fn each_decision_counts_its_counter_once() {
+        use Counter::*;
+        let p = plugin(COOKIE);
+        let mut c = SessionCookie::new(AddressList::parse("127.0.0.1:8001").unwrap());
+        c.cluster = Some("backends".into());
+        let full = alloc::format!("s={}", cookie::encode(&c, Format::Envoy, None).unwrap());
+        let bare = alloc::format!("s={}", envoy_cookie("127.0.0.1:8001"));
+
+        // A new session; then its cookie pins, each time (the memo's too).
+        assert_eq!(
+            counted(&p, &[(":path", "/")], "127.0.0.1:8001"),
+            (vec![], vec![WrittenNew])
+        );
+        for _ in 0..2 {
+            assert_eq!(
+                counted(&p, &[(":path", "/"), ("cookie", &full)], "127.0.0.1:8001"),
+                (vec![Pinned], vec![])
+            );
+        }
+        // Another host answered: the session moved.
+        assert_eq!(
+            counted(&p, &[(":path", "/"), ("cookie", &full)], "127.0.0.1:8002"),
+            (vec![Pinned], vec![WrittenMoved])
+        );
+        // The session's host answered, its cookie lacked the cluster.
+        assert_eq!(
+            counted(&p, &[(":path", "/"), ("cookie", &bare)], "127.0.0.1:8001"),
+            (vec![Pinned], vec![WrittenReissued])
+        );
+        // Refused: not a cookie, expired; each gets a new session.
+        assert_eq!(
+            counted(&p, &[(":path", "/"), ("cookie", "s=%%%")], "127.0.0.1:8001"),
+            (vec![RefusedInvalid], vec![WrittenNew])
+        );
+        c.expires = Some(NOW - 1);
+        let expired = alloc::format!("s={}", cookie::encode(&c, Format::Envoy, None).unwrap());
+        assert_eq!(
+            counted(
+                &p,
+                &[(":path", "/"), ("cookie", &expired)],
+                "127.0.0.1:8001"
+            ),
+            (vec![RefusedExpired], vec![WrittenNew])
+        );
+        // Another cookie only: no session, nothing refused.
+        assert_eq!(
+            counted(&p, &[(":path", "/"), ("cookie", "a=1")], "127.0.0.1:8001"),
+            (vec![], vec![WrittenNew])
+        );
+        // No host really answered: no cookie, nothing written.
+        let mut req = FakeHost::new(&[(":path", "/")]);
+        let ex = p.on_request(&mut req, Some(NOW));
+        let mut resp = FakeHost::default().served_by("127.0.0.1:8001");
+        resp.properties.insert(
+            "response.code_details".into(),
+            b"upstream_reset_before_response_started{remote_connection_failure}".to_vec(),
+        );
+        p.on_response(&mut resp, Some(&ex));
+        assert_eq!((req.counts, resp.counts), (vec![], vec![]));
+
+        // A plain legacy text stock Envoy misreads: pinned, counted, respelled.
+        let plain = "s=MTAuMC4wLjE6ODA4MA==";
+        assert_eq!(
+            counted(&p, &[(":path", "/"), ("cookie", plain)], "10.0.0.1:8080"),
+            (vec![Pinned, EnvoyMisreads], vec![WrittenReissued])
+        );
+
+        // The path gate.
+        let gated = plugin(r#"{"cookie":{"name":"s","path":"/app"}}"#);
+        assert_eq!(
+            counted(
+                &gated,
+                &[(":path", "/other"), ("cookie", &full)],
+                "127.0.0.1:8002"
+            ),
+            (vec![PathGateBypassed], vec![])
+        );
+        assert_eq!(
+            counted(
+                &gated,
+                &[(":path", "/app/x"), ("cookie", &full)],
+                "127.0.0.1:8001"
+            ),
+            (vec![Pinned], vec![])
+        );
+    }
+
+    #[test]
+    fn cookies_the_keys_do_not_verify_are_refused_and_rotated_ones_reissued() {
+        use Counter::*;
+        const NEW: &str = "bmV3LXNpZ25pbmcta2V5LTAx";
+        const OLD: &str = "b2xkLXNpZ25pbmcta2V5LTAx";
+        const OTHER: &str = "b3RoZXItc2lnbmluZy1rZXk=";
+        let p = plugin(&alloc::format!(
+            r#"{{"cookie":{{"name":"s","path":"/","ttl":"120s"}},"keys":["{NEW}","{OLD}"]}}"#
+        ));
+        let mut c = SessionCookie::new(AddressList::parse("127.0.0.1:8001").unwrap());
+        c.cluster = Some("backends".into());
+        let signed = |secret: &str| {
+            let ring = KeyRing::from_base64([secret]).unwrap();
+            alloc::format!(
+                "s={}",
+                cookie::encode(&c, Format::Envoy, ring.signer()).unwrap()
+            )
+        };
+        let served = "127.0.0.1:8001";
+        assert_eq!(
+            counted(&p, &[(":path", "/"), ("cookie", &signed(NEW))], served),
+            (vec![Pinned], vec![])
+        );
+        assert_eq!(
+            counted(&p, &[(":path", "/"), ("cookie", &signed(OLD))], served),
+            (vec![Pinned], vec![WrittenReissued])
+        );
+        assert_eq!(
+            counted(&p, &[(":path", "/"), ("cookie", &signed(OTHER))], served),
+            (vec![RefusedUnverified], vec![WrittenNew])
+        );
+        let unsigned = alloc::format!("s={}", cookie::encode(&c, Format::Envoy, None).unwrap());
+        assert_eq!(
+            counted(&p, &[(":path", "/"), ("cookie", &unsigned)], served),
+            (vec![RefusedUnverified], vec![WrittenNew])
+        );
+        // A sealed value no key opens.
+        let sealed = plugin(SEALED);
+        let (_, resp) = exchange(&sealed, &[], "10.0.0.1:80");
+        let value = cookie_value(resp.set_cookies()[0]);
+        let mut bytes = value.into_bytes();
+        bytes[20] = if bytes[20] == b'A' { b'B' } else { b'A' };
+        let tampered = alloc::format!("s={}", String::from_utf8(bytes).unwrap());
+        assert_eq!(
+            counted(&sealed, &[("cookie", &tampered)], "10.0.0.1:80"),
+            (vec![RefusedUnverified], vec![WrittenNew])
+        );
     }
 }

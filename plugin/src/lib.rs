@@ -19,6 +19,8 @@
 //! - [`config`]: the JSON configuration;
 //! - [`filter`]: the request and response logic, against a [`filter::Host`]
 //!   trait (so it is tested natively);
+//! - [`metrics`]: the counters in Envoy's stats and the VM-local tally the
+//!   timer hands to Envoy;
 //! - `abi` (wasm32 only): the proxy-wasm contexts and host calls that never
 //!   panic.
 //!
@@ -32,6 +34,7 @@ extern crate alloc;
 pub mod config;
 pub mod filter;
 mod memo;
+pub mod metrics;
 
 #[cfg(target_arch = "wasm32")]
 mod abi;

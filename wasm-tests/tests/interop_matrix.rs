@@ -921,7 +921,8 @@ fn grpcio_cookie_honoured_by_grpcio() {
 /// backend's address, which stock Envoy takes for a protobuf (every backend
 /// here sits at such an address). Stock Envoy ignores it and balances; the
 /// plugin pins it, re-issues it guarded (which stock Envoy then honours) and
-/// counts it in Envoy's stats (custom wasm stats are under `wasmcustom.`).
+/// counts it in Envoy's stats (custom wasm stats are under `wasmcustom.`;
+/// the plugin hands its counts over once a second).
 #[test]
 fn a_plain_legacy_cookie_stock_envoy_misreads_is_pinned_and_respelled_by_the_plugin() {
     run(async {
@@ -953,11 +954,22 @@ fn a_plain_legacy_cookie_stock_envoy_misreads_is_pinned_and_respelled_by_the_plu
             "{}",
             respelled.cookie.header
         );
+        // The plugin hands its counts to Envoy once a second.
+        let counted = tether_testkit::wait_until(Duration::from_secs(10), || async {
+            s.plugin
+                .0
+                .stat("wasmcustom.tether.session_cookie_envoy_misreads")
+                .await
+                .unwrap_or(0)
+                > before.unwrap_or(0)
+        })
+        .await;
         let after = s
             .plugin
             .0
             .stat("wasmcustom.tether.session_cookie_envoy_misreads")
             .await;
+        assert!(counted, "not counted within 10 s");
         assert_eq!(
             after.unwrap_or(0),
             before.unwrap_or(0) + 1,

@@ -640,6 +640,187 @@ fn cookie_expiry_follows_the_clock_the_plugin_reads_from_its_timer() {
     );
 }
 
+// --- counters in the host's stats ---------------------------------------------------
+
+/// The plugin's counters, as it names them (Envoy shows them under
+/// `wasmcustom.`), in its README's order.
+const COUNTERS: [&str; 11] = [
+    "tether.session_cookie_pinned_total",
+    "tether.session_cookie_refused_invalid_total",
+    "tether.session_cookie_refused_unverified_total",
+    "tether.session_cookie_refused_expired_total",
+    "tether.session_cookie_written_new_total",
+    "tether.session_cookie_written_moved_total",
+    "tether.session_cookie_written_reissued_total",
+    "tether.session_cookie_envoy_misreads",
+    "tether.path_gate_bypassed_requests_total",
+    "tether.config_errors_total",
+    "tether.host_call_failures_total",
+];
+
+/// Every counter's value in `host`, in [`COUNTERS`]' order (all must be
+/// defined, as counters).
+fn counters(host: &Host) -> [u64; 11] {
+    COUNTERS.map(|name| {
+        let m = host
+            .metrics()
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("{name} not defined: {:?}", host.metrics()));
+        assert_eq!(m.kind, 0, "{name} is not a counter");
+        m.value
+    })
+}
+
+/// The counters as (name, value), those not zero, for messages and checks.
+fn moved(values: [u64; 11]) -> Vec<(&'static str, u64)> {
+    COUNTERS
+        .into_iter()
+        .zip(values)
+        .filter(|(_, v)| *v > 0)
+        .collect()
+}
+
+/// An `envoy` value for `addr` with `cluster` and `expires`, signed by `key`.
+fn envoy_pair(
+    addr: &str,
+    cluster: Option<&str>,
+    expires: Option<u64>,
+    key: Option<&str>,
+) -> String {
+    let mut c = SessionCookie::new(addresses(&[addr]));
+    c.cluster = cluster.map(String::from);
+    c.expires = expires;
+    let ring = KeyRing::from_base64(key).unwrap();
+    let value = cookie::encode(&c, cookie::Format::Envoy, ring.signer()).unwrap();
+    format!("{COOKIE}={value}")
+}
+
+#[test]
+fn every_counter_is_defined_at_zero_by_the_first_configuration() {
+    let host = plugin(&config(json!({})));
+    assert_eq!(counters(&host), [0; 11]);
+    assert_eq!(host.metrics().len(), COUNTERS.len(), "{:?}", host.metrics());
+    // A second configuration defines nothing more.
+    let mut host = host;
+    assert_eq!(host.configure(&config(json!({ "strict": true }))), Ok(true));
+    assert_eq!(host.metrics().len(), COUNTERS.len());
+}
+
+/// Each decision of the plugin moves its counter, in the VM's memory: the
+/// request and response callbacks make no metric call (each would cost Envoy
+/// a host call per request), and the timer hands the deltas over, one call
+/// per counter that moved.
+#[test]
+fn requests_count_in_vm_memory_and_the_timer_hands_the_counts_over() {
+    let cfg = config(json!({
+        "cookie": { "name": COOKIE, "path": "/app", "ttl": "120s" }
+    }));
+    let mut host = plugin(&cfg);
+    host.clear_call_counts();
+    let get = |host: &mut Host, cookie: Option<&str>, path: &str, served: &str| {
+        let extra: Vec<(&str, &str)> = cookie.map(|c| ("cookie", c)).into_iter().collect();
+        exchange(host, &request(path, &extra), Upstream::Served(served))
+    };
+    // A new session, pinned twice; then answered by another host (moved).
+    let pair = only_set_cookie(&get(&mut host, None, "/app", A));
+    for _ in 0..2 {
+        let rec = get(&mut host, Some(&pair), "/app/x", A);
+        assert!(rec.response_headers_named("set-cookie").is_empty());
+    }
+    only_set_cookie(&get(&mut host, Some(&pair), "/app", B));
+    // The session's host answered a cookie without the cluster: re-issued.
+    let bare = envoy_pair(A, None, None, None);
+    only_set_cookie(&get(&mut host, Some(&bare), "/app", A));
+    // Refused: not a cookie, expired; each a new session.
+    only_set_cookie(&get(&mut host, Some(&format!("{COOKIE}=%%%")), "/app", A));
+    let expired = envoy_pair(A, Some("backends"), Some(NOW - 1), None);
+    only_set_cookie(&get(&mut host, Some(&expired), "/app", A));
+    // A plain legacy text stock Envoy misreads: pinned, counted, respelled.
+    let plain = format!("{COOKIE}=MTAuMC4wLjE6ODA4MA==");
+    only_set_cookie(&get(&mut host, Some(&plain), "/app", "10.0.0.1:8080"));
+    // Outside the cookie path, twice: left alone.
+    for _ in 0..2 {
+        let rec = get(&mut host, Some(&pair), "/other", B);
+        assert!(rec.request_headers_named(OVERRIDE).is_empty());
+        assert!(rec.response_headers_named("set-cookie").is_empty());
+    }
+
+    let calls = |host: &Host, name: &str| host.call_counts().get(name).copied().unwrap_or(0);
+    assert_eq!(calls(&host, "proxy_increment_metric"), 0);
+    assert_eq!(calls(&host, "proxy_define_metric"), 0);
+    assert_eq!(counters(&host), [0; 11], "nothing before the timer");
+    host.tick().unwrap();
+    let want = [
+        ("tether.session_cookie_pinned_total", 5),
+        ("tether.session_cookie_refused_invalid_total", 1),
+        ("tether.session_cookie_refused_expired_total", 1),
+        ("tether.session_cookie_written_new_total", 3),
+        ("tether.session_cookie_written_moved_total", 1),
+        ("tether.session_cookie_written_reissued_total", 2),
+        ("tether.session_cookie_envoy_misreads", 1),
+        ("tether.path_gate_bypassed_requests_total", 2),
+    ];
+    assert_eq!(moved(counters(&host)), want);
+    assert_eq!(calls(&host, "proxy_increment_metric"), want.len() as u64);
+    // Nothing new: a tick hands nothing over.
+    host.clear_call_counts();
+    host.tick().unwrap();
+    assert_eq!(calls(&host, "proxy_increment_metric"), 0);
+    assert_eq!(moved(counters(&host)), want);
+
+    // A configuration refused: counted at once (it may never tick); the
+    // one before keeps serving.
+    assert_eq!(host.configure(&config(json!({ "stict": true }))), Ok(false));
+    let mut now = counters(&host);
+    assert_eq!(now[9], 1, "{:?}", moved(now));
+    // The clock read as zero at a tick: a failed host call (the reading
+    // before stays in use).
+    host.set_epoch_seconds(0);
+    host.tick().unwrap();
+    let rec = get(&mut host, Some(&pair), "/app", A);
+    assert_eq!(rec.request_headers_named(OVERRIDE), [A]);
+    host.set_epoch_seconds(NOW);
+    host.tick().unwrap();
+    now[0] += 1;
+    now[10] += 1;
+    assert_eq!(counters(&host), now);
+}
+
+#[test]
+fn cookies_the_keys_do_not_verify_count_as_refused_unverified() {
+    let other = "b3RoZXItc2lnbmluZy1rZXk=";
+    let mut host = plugin(&config(json!({ "keys": [KEY] })));
+    for pair in [
+        envoy_pair(A, Some("backends"), None, Some(other)),
+        envoy_pair(A, Some("backends"), None, None),
+    ] {
+        let rec = exchange(
+            &mut host,
+            &request("/", &[("cookie", &pair)]),
+            Upstream::Served(A),
+        );
+        assert!(rec.request_headers_named(OVERRIDE).is_empty(), "{pair}");
+        only_set_cookie(&rec);
+    }
+    let signed = envoy_pair(A, Some("backends"), None, Some(KEY));
+    let rec = exchange(
+        &mut host,
+        &request("/", &[("cookie", &signed)]),
+        Upstream::Served(A),
+    );
+    assert_eq!(rec.request_headers_named(OVERRIDE), [A]);
+    host.tick().unwrap();
+    assert_eq!(
+        moved(counters(&host)),
+        [
+            ("tether.session_cookie_pinned_total", 1),
+            ("tether.session_cookie_refused_unverified_total", 2),
+            ("tether.session_cookie_written_new_total", 2),
+        ]
+    );
+}
+
 // --- shared vectors ----------------------------------------------------------------
 
 fn vectors() -> Value {
@@ -1391,7 +1572,8 @@ fn garbage_configurations_never_trap() {
 /// A plain `legacy` cookie for 10.0.0.1:8080 (text stock Envoy parses as a
 /// protobuf without an address) pins the request; its response re-issues
 /// it guarded, which every peer reads; each such request is counted in
-/// `tether.session_cookie_envoy_misreads`, and the address is logged once.
+/// `tether.session_cookie_envoy_misreads` (handed to the host by the timer),
+/// and the address is logged once.
 #[test]
 fn a_cookie_stock_envoy_misreads_is_counted_logged_once_and_respelled() {
     let flagged = "10.0.0.1:8080";
@@ -1409,6 +1591,7 @@ fn a_cookie_stock_envoy_misreads_is_counted_logged_once_and_respelled() {
         let d = cookie::decode(value, &KeyRing::empty()).unwrap();
         assert_eq!(d.format, tether_core::Format::Legacy);
         assert!(!d.envoy_misreads, "{pair}");
+        host.tick().unwrap();
         let count = host
             .metrics()
             .iter()
