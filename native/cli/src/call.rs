@@ -121,6 +121,10 @@ pub struct CallArgs {
     /// JSON line {"stats": ...}.
     #[arg(long)]
     stats: bool,
+    /// Keep the channel (its xDS stream and its load reports, gRFC A27) open this many seconds
+    /// after the last call, so that what a short-lived client reports can be watched.
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    linger: Option<Duration>,
     /// Log the channel's, subchannels' and XdsClient's lines to stderr: -v info, -vv debug,
     /// -vvv trace (one line per call). Default: warnings. RUST_LOG, when set, overrides.
     #[arg(short, long, action = ArgAction::Count)]
@@ -419,6 +423,10 @@ where
         if let Err(code) = emit(&json!({ "stats": stats }).to_string()) {
             return code;
         }
+    }
+    if let Some(linger) = a.linger {
+        // The channel lives (and reports) until this returns.
+        tokio::time::sleep(linger).await;
     }
     i32::from(!all_ok)
 }

@@ -805,3 +805,68 @@ services:
         assert_eq!(c["set_cookie"].as_array().unwrap().len(), 1, "{c}");
     }
 }
+
+/// `--linger`: the channel stays open after its calls, so its load
+/// reports (gRFC A27) reach the control plane: a session pinned to a
+/// DRAINING endpoint shows `busy` with this client named while it lingers,
+/// and the client leaves the verdict once it exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn linger_keeps_the_channel_reporting_load_after_its_calls() {
+    let a = GrpcBackend::start("echo-1").await;
+    let b = GrpcBackend::start("echo-2").await;
+    let control = Control::start_with_admin(&control_support::echo_drain_yaml(
+        a.addr(),
+        "us/a",
+        b.addr(),
+        "us/b",
+    ))
+    .await;
+    let dir = TempDir::new("cli-linger");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("tether-call-linger"));
+    let mut pinned =
+        tether_core::cookie::SessionCookie::new(tether_core::AddressList::one(b.addr()));
+    pinned.cluster = Some("echo/session".to_owned());
+    let value = tether_core::cookie::encode(&pinned, tether_core::Format::Grpc, None).unwrap();
+    let cookie = format!("grpc-session={value}");
+    let run = {
+        let (bootstrap, cookie) = (bootstrap.to_str().unwrap().to_owned(), cookie.clone());
+        tokio::spawn(async move {
+            call(&[
+                "--bootstrap",
+                &bootstrap,
+                "xds:///echo.tether.test",
+                ECHO,
+                "--cookie",
+                &cookie,
+                "--count",
+                "3",
+                "--timeout",
+                "10",
+                "--linger",
+                "4",
+            ])
+            .await
+        })
+    };
+    let busy = control
+        .until_drain(b.addr(), "the lingering client's report", |e| {
+            e["verdict"] == "busy"
+        })
+        .await;
+    assert_eq!(busy["clients"][0]["node"], "tether-call-linger", "{busy}");
+    assert!(busy["clients"][0]["requests"].as_u64() > Some(0), "{busy}");
+    let run = run.await.unwrap();
+    assert!(run.status.success(), "{:?}\n{}", run.lines, run.stderr);
+    assert!(
+        run.calls()
+            .iter()
+            .all(|c| c["backend"] == "echo-2" || c["peer"] == b.addr().to_string()),
+        "{:?}",
+        run.lines
+    );
+    control
+        .until_drain(b.addr(), "the client exited", |e| {
+            e["clients"].as_array().is_some_and(|c| c.is_empty())
+        })
+        .await;
+}
