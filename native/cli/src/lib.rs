@@ -37,7 +37,7 @@ enum Command {
     Xds(xds::XdsCommand),
     /// Call any gRPC method through tether's channel (xds:///NAME or static:///ADDR,...), like
     /// grpcurl without a .proto: one JSON line per call says which peer and cluster served it.
-    Call(call::CallArgs),
+    Call(Box<call::CallArgs>),
 }
 
 /// Runs the command line `args` (program name first); returns the exit code.
@@ -63,7 +63,7 @@ where
         Command::Ring(c) => ring::run(c),
         // Long-running and streaming: prints and picks its exit code itself.
         Command::Xds(c) => return xds::run(c),
-        Command::Call(a) => return call::run(a),
+        Command::Call(a) => return call::run(*a),
     };
     match result {
         Ok(lines) => {
