@@ -174,9 +174,9 @@ impl ClusterLoad {
         &self.cluster
     }
 
-    /// This interval's report, the counters reset; `None` when there is
-    /// nothing to say (no call, no drop, nothing in progress).
-    fn report(&self, per_endpoint: bool, now: Instant) -> Option<epb::ClusterStats> {
+    /// This interval's report, the counters reset (localities without a
+    /// call left out), and whether it is all zero.
+    fn report(&self, per_endpoint: bool, now: Instant) -> (epb::ClusterStats, bool) {
         let interval = {
             let mut last = lock(&self.last_report);
             let d = now.saturating_duration_since(*last);
@@ -234,10 +234,8 @@ impl ClusterLoad {
             .collect();
         let uncategorized = self.uncategorized_drops.swap(0, Ordering::Relaxed);
         let total_dropped = uncategorized + drops.iter().map(|(_, n)| n).sum::<u64>();
-        if stats.is_empty() && total_dropped == 0 {
-            return None;
-        }
-        Some(epb::ClusterStats {
+        let zero = stats.is_empty() && total_dropped == 0;
+        let stats = epb::ClusterStats {
             cluster_name: self.cluster.clone(),
             cluster_service_name: self.eds_service_name.clone().unwrap_or_default(),
             upstream_locality_stats: stats,
@@ -255,7 +253,8 @@ impl ClusterLoad {
                 seconds: interval.as_secs() as i64,
                 nanos: interval.subsec_nanos() as i32,
             }),
-        })
+        };
+        (stats, zero)
     }
 }
 
@@ -326,23 +325,30 @@ impl LoadStore {
     }
 
     /// The report of the clusters `plan` asks for at `now`, each one's
-    /// counters reset (the others' are kept for a later plan).
-    pub(crate) fn report(&self, plan: &ReportPlan, now: Instant) -> Vec<epb::ClusterStats> {
+    /// counters reset (the others' are kept for a later plan): every such
+    /// cluster, its figures zero when it had no call, so that a server
+    /// learns a cluster went quiet, and whether every figure is zero.
+    pub(crate) fn report(&self, plan: &ReportPlan, now: Instant) -> (Vec<epb::ClusterStats>, bool) {
         let clusters: Vec<Arc<ClusterLoad>> = {
             let mut all = lock(&self.clusters);
             all.retain(|_, c| c.strong_count() > 0);
             all.values().filter_map(Weak::upgrade).collect()
         };
+        let mut zero = true;
         let mut out: Vec<epb::ClusterStats> = clusters
             .iter()
             .filter(|c| plan.all || plan.clusters.iter().any(|n| *n == c.cluster))
-            .filter_map(|c| c.report(plan.per_endpoint, now))
+            .map(|c| {
+                let (stats, z) = c.report(plan.per_endpoint, now);
+                zero &= z;
+                stats
+            })
             .collect();
         out.sort_by(|a, b| {
             (&a.cluster_name, &a.cluster_service_name)
                 .cmp(&(&b.cluster_name, &b.cluster_service_name))
         });
-        out
+        (out, zero)
     }
 
     /// Resets every cluster's interval to start at `now` (a new stream's
@@ -389,7 +395,8 @@ mod tests {
             clusters: vec!["echo".into()],
             per_endpoint: true,
         };
-        let report = store.report(&plan, Instant::now());
+        let (report, zero) = store.report(&plan, Instant::now());
+        assert!(!zero);
         assert_eq!(report.len(), 1);
         let c = &report[0];
         assert_eq!(c.cluster_service_name, "echo-eds");
@@ -415,7 +422,7 @@ mod tests {
         );
 
         // Reset, except what is in progress; a cluster not asked for is kept.
-        let again = store.report(&plan, Instant::now());
+        let (again, _) = store.report(&plan, Instant::now());
         let l = &again[0].upstream_locality_stats;
         assert_eq!(l.len(), 1);
         assert_eq!(
@@ -424,13 +431,18 @@ mod tests {
         );
         eb.finish(true);
         let other = ReportPlan::default();
-        assert!(store.report(&other, Instant::now()).is_empty());
-        let last = store.report(&plan, Instant::now());
+        assert!(store.report(&other, Instant::now()).0.is_empty());
+        let (last, _) = store.report(&plan, Instant::now());
         assert_eq!(
             last[0].upstream_locality_stats[0].total_successful_requests,
             1
         );
-        assert_eq!(store.report(&plan, Instant::now()), Vec::new());
+        // Quiet now: the cluster is still reported, all zero.
+        let (quiet, zero) = store.report(&plan, Instant::now());
+        assert!(zero);
+        assert_eq!(quiet.len(), 1);
+        assert_eq!(quiet[0].cluster_name, "echo");
+        assert!(quiet[0].upstream_locality_stats.is_empty());
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //! The first request carries the node (with the client feature
 //! `envoy.lrs.supports_send_all_clusters`); the server answers which
 //! clusters it wants, how often, and whether per endpoint; then a report
-//! goes out every interval, each covering the time since the previous one.
+//! goes out every interval, each covering the time since the previous one
+//! (as C-core: one all-zero report when the load stops, none after it
+//! until there is load again).
 //! A stream that ends is opened again after a backoff (reset once the
 //! server has answered), and its first report covers from the new
 //! answer.
@@ -80,6 +82,7 @@ impl Lrs {
             }
         };
         let mut answered = false;
+        let mut last_zero = false;
         let mut plan: Option<(ReportPlan, Duration)> = None;
         let mut next = tokio::time::Instant::now();
         loop {
@@ -116,7 +119,13 @@ impl Lrs {
                 () = tick => {
                     let Some((p, interval)) = &plan else { continue };
                     next += *interval;
-                    let stats = self.store.report(p, std::time::Instant::now());
+                    let (stats, zero) = self.store.report(p, std::time::Instant::now());
+                    // As C-core: one all-zero report says the load stopped;
+                    // more would say nothing new.
+                    if zero && last_zero {
+                        continue;
+                    }
+                    last_zero = zero;
                     let request = LoadStatsRequest { node: None, cluster_stats: stats };
                     if tx.send(request).await.is_err() {
                         return answered;
