@@ -37,7 +37,15 @@ moved, the longest wait for an answer.
    failed call; the others stay; new sessions of every client land on the
    new replica too.
 
-Cases 3, 4 and 6 first bring back the replica the story stopped: three
+7. Drain readiness: sessions of the three clients (each with a node ID of
+   its own) pinned to one replica behind a virtual host whose service
+   reports load every second and removes idle DRAINING endpoints after 2 s;
+   the replica set DRAINING in the file: tether-control's /drain says busy
+   and names every client; the sessions stop; it says idle within two
+   report intervals; the replica leaves EDS (and Envoy) only 2 s after; no
+   call fails and no session moves while in use.
+
+Cases 3, 4, 6 and 7 first bring back the replica the story stopped: three
 replicas running, each HEALTHY everywhere.
 
 Every case is bounded (CASE_LIMIT) and repairs what it broke, also when it
@@ -571,9 +579,7 @@ def rotating_backends(stage):
     finally:
         for s in sessions:
             s.stop()
-        with open(path + ".tmp", "w") as f:
-            f.write(original)
-        os.replace(path + ".tmp", path)
+        write_config(stage, original)
         for container in started:
             subprocess.run(["docker", "rm", "-f", container], capture_output=True, timeout=60)
     return conclude(step, sessions)
@@ -663,8 +669,150 @@ def scaled_down_and_up(stage):
     return step
 
 
+DRAIN_VHOST = """  - name: draining                   # compose-faults.py, case 7
+    domains: ["draining"]
+    routes:
+      - services: [{ name: drain-demo }]
+        loadBalancerPolicy:
+          strategy: Session
+          session:
+            cookie: { name: global-session-cookie, path: /, ttl: 600s }
+            format: grpc
+            overrideHostStatus: [UNKNOWN, HEALTHY, DRAINING]
+"""
+DRAIN_SERVICE = """  - name: drain-demo
+    protocol: h2c
+    keepalive: { interval: 1s, timeout: 1s }
+    loadReporting: { interval: 1s }
+    drain: { removeWhenIdle: 2s }
+    endpoints:
+%s      - address: backend:8080
+"""
+# loadReporting.interval and drain.removeWhenIdle above.
+REPORT_S = 1.0
+IDLE_REMOVAL_S = 2.0
+# Each proxyless client's own bootstrap (its node ID), beside Envoy's node.
+NODES = {"channel": "compose-channel", "ccore": "compose-ccore"}
+ENVOY_NODE = "envoy-compose"
+
+
+def drain_entry(stage, address):
+    """`address`'s entry in tether-control's `GET /drain` for drain-demo."""
+    for e in stage.control_admin("/drain").get("endpoints", []):
+        if e.get("cluster") == "drain-demo" and e.get("address") == address:
+            return e
+    return {}
+
+
+def until(what, test, timeout):
+    """Polls `test` until it returns something true (bounded); that value."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = test()
+            if last:
+                return last
+        except (OSError, ValueError, story.StoryError):
+            pass
+        time.sleep(0.1)
+    raise story.StoryError("%s: not within %.0f s (last: %s)" % (what, timeout, last))
+
+
+def drain_readiness(stage):
+    step = story.Step("7. drain readiness: a replica DRAINING, busy while its sessions call, idle once they stop, "
+                      "then removed", stage)
+    began = time.monotonic()
+    path = os.path.join(stage.config_dir, "tether.yaml")
+    with open(path) as f:
+        original = f.read()
+    sessions = []
+    written = []
+    try:
+        replicas = restore_backends(stage)
+        with open(os.path.join(stage.config_dir, "bootstrap.json")) as f:
+            bootstrap = json.load(f)
+        for kind, node in NODES.items():
+            bootstrap["node"]["id"] = node
+            name = os.path.join(stage.config_dir, "bootstrap-%s.json" % kind)
+            with open(name, "w") as f:
+                json.dump(bootstrap, f)
+            written.append(name)
+
+        def text(drained):
+            entry = "      - address: %s\n        health: DRAINING\n" % drained if drained else ""
+            t = original.replace("virtualhosts:\n", "virtualhosts:\n" + DRAIN_VHOST, 1)
+            return t.rstrip("\n") + "\n" + DRAIN_SERVICE % entry
+
+        write_config(stage, text(None))
+        # A session through Envoy's virtual host `draining` names the replica
+        # every client's session then stays on.
+        status, target, cookie = until("the draining virtual host served through Envoy",
+                                       lambda: (lambda r: r if r[0] == 200 and r[1] in replicas and r[2] else None)(
+                                           stage.envoy(host="draining")), 20)
+        address = stage.addresses[target]
+        per_call = story.SLEEP_MS / 1000 + 0.01
+        seconds = 6
+        for kind, label, calls, extra in (
+                ("channel", "tether::Channel", int(seconds / per_call),
+                 {"bootstrap": "bootstrap-channel.json", "linger": 8}),
+                ("ccore", "C-core", int(seconds / per_call), {"bootstrap": "bootstrap-ccore.json"}),
+                ("envoy", "Envoy", int(seconds / (2 * per_call)), {})):
+            s = story.Session(stage, kind, label, cookie=cookie, sent="cookie for %s" % target, calls=calls,
+                              vhost="draining", **extra)
+            s.start()
+            sessions.append(s)
+        await_started(sessions)
+        t_drain = time.monotonic()
+        write_config(stage, text(address))
+        want = {ENVOY_NODE} | set(NODES.values())
+        busy = until("every client named busy",
+                     lambda: (lambda e: e if e.get("verdict") == "busy" and want <= {
+                         c["node"] for c in e.get("clients", []) if c.get("state") == "busy"} else None)(
+                         drain_entry(stage, address)), 15)
+        step.row("tether-control /drain", "-", "%s (%s) DRAINING: busy in %.1f s, used by %s" % (
+            target, address, time.monotonic() - t_drain,
+            ", ".join("%s (%s requests)" % (c["node"], c.get("requests")) for c in busy["clients"])))
+        # Every call made (the channel's process then lingers, reporting).
+        until("the sessions' calls", lambda: all(len(s.answers) >= s.expected or not s.is_alive()
+                                                 for s in sessions), CASE_LIMIT)
+        t_stop = max(a[0] for s in sessions for a in s.answers)
+        idle = until("idle once the sessions stopped",
+                     lambda: (lambda e: e if e.get("verdict") == "idle" else None)(drain_entry(stage, address)), 15)
+        t_idle = time.monotonic()
+        step.row("tether-control /drain", "-", "idle %.1f s after the last call (reports every %.0f s), clients: %s" % (
+            t_idle - t_stop, REPORT_S, ", ".join("%s %s" % (c["node"], c["state"]) for c in idle["clients"]) or "-"))
+        step.check(t_idle - t_stop <= 2 * REPORT_S + 0.7,
+                   "idle %.1f s after the last call: more than two report intervals" % (t_idle - t_stop))
+        removed = until("removed when idle", lambda: (lambda e: e if e.get("removed") else None)(
+            drain_entry(stage, address)), 15)
+        t_removed = time.monotonic()
+        gone = until("gone from Envoy", lambda: not any(
+            line.startswith("drain-demo/session::%s::" % address) for line in stage.admin("/clusters").splitlines()),
+            10)
+        step.row("tether-control", "-", "%s removed %.1f s after idle (%s); Envoy: %s" % (
+            address, t_removed - t_idle, removed.get("removed_because"), "gone" if gone else "LISTED"))
+        step.check(t_removed - t_idle >= IDLE_REMOVAL_S - 0.3 and removed.get("removed_because") == "idle for 2s",
+                   "removed %.1f s after idle, or for another reason: %s" % (t_removed - t_idle, removed))
+        wait_all(sessions, began + CASE_LIMIT)
+    finally:
+        for s in sessions:
+            s.stop()
+        write_config(stage, original)
+        for name in written:
+            try:
+                os.remove(name)
+            except OSError:
+                pass
+    # Every session stayed on the replica while it was in use.
+    for s in sessions:
+        backends = {a[2] for a in s.answers if a[1]}
+        step.check(backends == {target}, "%s moved while in use: %s" % (s.label, backends))
+    return conclude(step, sessions)
+
+
 CASES = (control_plane_restarted, control_plane_cut_off, backend_cut_off, rolling_restart,
-         rotating_backends, scaled_down_and_up)
+         rotating_backends, scaled_down_and_up, drain_readiness)
 
 
 def main():

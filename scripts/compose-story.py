@@ -232,6 +232,15 @@ class Stage:
                 l["backend"] = self.label(l["backend"])
         return lines
 
+    def control_admin(self, path):
+        """tether-control's admin page at `path` (its JSON)."""
+        conn = http.client.HTTPConnection("127.0.0.1", int(os.environ["TETHER_CONTROL_ADMIN_PORT"]), timeout=5)
+        try:
+            conn.request("GET", path)
+            return json.loads(conn.getresponse().read().decode())
+        finally:
+            conn.close()
+
     def admin(self, path):
         """The text of Envoy's admin page at `path`."""
         conn = http.client.HTTPConnection("127.0.0.1", self.admin_port, timeout=5)
@@ -456,9 +465,14 @@ def request_hash(stage):
 class Session(threading.Thread):
     """One client session calling continuously; records (time, ok, backend, new cookie, detail)."""
 
-    def __init__(self, stage, kind, label, cookie=None, sent="-", calls=None, vhost="shop"):
+    def __init__(self, stage, kind, label, cookie=None, sent="-", calls=None, vhost="shop", bootstrap=None,
+                 linger=None):
         super().__init__(daemon=True)
         self.vhost = vhost
+        # A bootstrap of its own in the config folder (its own node ID), and
+        # for the channel how long it keeps reporting load after its calls.
+        self.bootstrap = bootstrap
+        self.linger = linger
         self.stage = stage
         self.kind = kind
         self.label = label
@@ -508,6 +522,10 @@ class Session(threading.Thread):
             if self.cookie:
                 # Starts in the jar: a fresh cookie replaces it.
                 args += ["--cookie", "%s=%s" % (COOKIE, self.cookie)]
+            if self.bootstrap:
+                args += ["--bootstrap", "/etc/tether/" + self.bootstrap]
+            if self.linger:
+                args += ["--linger", str(self.linger)]
             if os.environ.get("TETHER_STORY_LOG"):
                 args.append("-vv")
             service = "channel-client"
@@ -519,6 +537,8 @@ class Session(threading.Thread):
                 args.append("%s=%s" % (COOKIE, self.cookie))
             service = "grpcio-client"
         cmd = self.stage.exec_args(service, *args)
+        if self.kind == "ccore" and self.bootstrap:
+            cmd[2:2] = ["-e", "GRPC_XDS_BOOTSTRAP=/etc/tether/" + self.bootstrap]
         if self.kind == "ccore" and os.environ.get("TETHER_STORY_LOG"):
             cmd[2:2] = ["-e", "GRPC_VERBOSITY=debug",
                         "-e", "GRPC_TRACE=subchannel,xds_override_host_lb,pick_first,round_robin"]

@@ -67,6 +67,7 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 export TETHER_NET=$net
 export TETHER_HTTP_PORT=$(free_port)
 export TETHER_ADMIN_PORT=$(free_port)
+export TETHER_CONTROL_ADMIN_PORT=$(free_port)
 
 # The containers read tether-control's file from a folder the story rewrites.
 config="$(mktemp -d)"

@@ -58,14 +58,14 @@ impl Admin {
             (&Method::GET, "/status") => (
                 StatusCode::OK,
                 "application/json",
-                serde_json::to_string_pretty(&self.plane.status())
+                serde_json::to_string(&self.plane.status())
                     .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string())),
             ),
             (&Method::GET, "/metrics") => (StatusCode::OK, OPENMETRICS, self.metrics()),
             (&Method::GET, "/drain") => (
                 StatusCode::OK,
                 "application/json",
-                serde_json::to_string_pretty(&self.plane.drain_status())
+                serde_json::to_string(&self.plane.drain_status())
                     .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string())),
             ),
             (_, "/" | "/status" | "/metrics" | "/drain") => (

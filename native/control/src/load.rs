@@ -568,17 +568,27 @@ impl LoadState {
             .filter(|(_, services)| services.contains(&e.service))
             .map(|(c, _)| c.node.as_str())
             .collect();
+        // Each node's latest report of the service, found once: a scan of
+        // every reporter per node would cost clients² per endpoint.
+        let mut latest: HashMap<&str, &Reported> = HashMap::new();
+        for (c, services) in self.reporters.values() {
+            if let Some(r) = services.get(&e.service) {
+                latest
+                    .entry(c.node.as_str())
+                    .and_modify(|l| {
+                        if r.last > l.last {
+                            *l = r;
+                        }
+                    })
+                    .or_insert(r);
+            }
+        }
         let mut clients = Vec::new();
         let mut busy = false;
         let mut unknown = false;
         let mut last_use = since;
         for node in nodes {
-            let reported = self
-                .reporters
-                .values()
-                .filter(|(c, _)| c.node == node)
-                .filter_map(|(_, services)| services.get(&e.service))
-                .max_by_key(|r| r.last);
+            let reported = latest.get(node).copied();
             let Some(r) = reported else {
                 unknown = true;
                 clients.push(ClientStatus {

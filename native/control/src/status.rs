@@ -57,9 +57,17 @@ pub struct EndpointView {
     pub health: String,
     /// The drain verdict, when DRAINING.
     pub drain: Option<EndpointStatus>,
-    /// What each reporting client says of it.
+    /// The reporting clients with the most requests to it, at most
+    /// [`LOAD_SHOWN`] (a fleet of clients would make the page megabytes).
     pub load: Vec<EndpointLoadView>,
+    /// How many clients report figures for it.
+    pub load_clients: usize,
+    /// Their requests, added up.
+    pub load_requests: u64,
 }
+
+/// How many clients' figures an endpoint lists in `GET /status`.
+pub const LOAD_SHOWN: usize = 10;
 
 /// One client's figures for one endpoint.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -156,7 +164,7 @@ fn endpoints(
                 continue;
             };
             let text = address.to_string();
-            let load = reports
+            let mut load: Vec<EndpointLoadView> = reports
                 .iter()
                 .filter_map(|(node, r)| {
                     let (requests, sessions, granularity) = match &r.endpoints {
@@ -174,6 +182,14 @@ fn endpoints(
                     })
                 })
                 .collect();
+            let load_clients = load.len();
+            let load_requests = load.iter().map(|l| l.requests).sum();
+            load.sort_by(|a, b| {
+                b.requests
+                    .cmp(&a.requests)
+                    .then_with(|| a.node.cmp(&b.node))
+            });
+            load.truncate(LOAD_SHOWN);
             out.push(EndpointView {
                 drain: drain
                     .endpoints
@@ -189,6 +205,8 @@ fn endpoints(
                     |h| h.as_str_name().to_owned(),
                 ),
                 load,
+                load_clients,
+                load_requests,
             });
         }
     }
