@@ -1123,6 +1123,8 @@ enum Kind {
     TetherSessionLayer,
     TetherSessions,
     TetherXds,
+    /// The same xDS cluster reporting load (LRS every second).
+    TetherXdsLrs,
     TonicXds,
     TetherLeastRequest,
     TetherWeightedRoundRobin,
@@ -1133,7 +1135,7 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 16] = [
+    const ALL: [Kind; 17] = [
         Kind::Plain,
         Kind::Balance,
         Kind::TetherOne,
@@ -1143,6 +1145,7 @@ impl Kind {
         Kind::TetherSessionLayer,
         Kind::TetherSessions,
         Kind::TetherXds,
+        Kind::TetherXdsLrs,
         Kind::TonicXds,
         Kind::TetherLeastRequest,
         Kind::TetherWeightedRoundRobin,
@@ -1167,6 +1170,9 @@ impl Kind {
             }
             Kind::TetherSessions => "tether::Channel static + sessions, a jar per task over 3",
             Kind::TetherXds => "tether::Channel xDS (tether-control), round robin over 3",
+            Kind::TetherXdsLrs => {
+                "tether::Channel xDS + load reports (LRS every 1 s), round robin over 3"
+            }
             Kind::TonicXds => "tonic-xds 0.1.0-alpha.4 (tether-control), p2c over 3",
             Kind::TetherLeastRequest => "tether::Channel static, least_request over 3",
             Kind::TetherWeightedRoundRobin => {
@@ -1193,6 +1199,7 @@ impl Kind {
             Kind::TetherSessionLayer => "session_layer",
             Kind::TetherSessions => "sessions",
             Kind::TetherXds => "xds",
+            Kind::TetherXdsLrs => "xds_lrs",
             Kind::TonicXds => "tonic_xds",
             Kind::TetherLeastRequest => "least_request",
             Kind::TetherWeightedRoundRobin => "weighted_round_robin",
@@ -1227,8 +1234,9 @@ impl Kind {
             Kind::TetherSessions if concurrency == 1 => Some(Kind::TetherOne),
             Kind::TetherSessions => Some(Kind::TetherStatic),
             Kind::TetherLeastRequest | Kind::TetherWeightedRoundRobin => Some(Kind::TetherStatic),
-            // The same tether-control file without `outlierDetection`.
-            Kind::TetherOutlierDetection => Some(Kind::TetherXds),
+            // The same tether-control file without `outlierDetection`
+            // (without `loadReporting`).
+            Kind::TetherOutlierDetection | Kind::TetherXdsLrs => Some(Kind::TetherXds),
             Kind::TonicTls => None,
             // tonic with the same TLS to the same backend.
             Kind::TetherTls | Kind::TetherXdsMtls => Some(Kind::TonicTls),
@@ -1307,7 +1315,28 @@ async fn shared_ads(addrs: &[SocketAddr]) -> Result<SocketAddr, String> {
 
 /// The ADS server and its bootstrap for the xDS configuration.
 async fn control_plane(addrs: &[SocketAddr]) -> Result<tether::xds::Bootstrap, String> {
-    let ads = shared_ads(addrs).await?;
+    bootstrap_for(shared_ads(addrs).await?)
+}
+
+/// The environment variable of [`shared_ads_lrs`], as [`ADS_ENV`].
+const ADS_LRS_ENV: &str = "TETHER_BENCH_ADS_LRS";
+
+/// As [`shared_ads`], with the service reporting load every second.
+async fn shared_ads_lrs(addrs: &[SocketAddr]) -> Result<SocketAddr, String> {
+    static ADS: tokio::sync::OnceCell<Result<SocketAddr, String>> =
+        tokio::sync::OnceCell::const_new();
+    ADS.get_or_init(|| async {
+        match std::env::var(ADS_LRS_ENV) {
+            Ok(a) => a.parse().map_err(|e| format!("{ADS_LRS_ENV}={a:?}: {e}")),
+            Err(_) => serve_control(addrs, "    loadReporting: { interval: 1s }\n").await,
+        }
+    })
+    .await
+    .clone()
+}
+
+/// A bootstrap naming the ADS server at `ads`.
+fn bootstrap_for(ads: SocketAddr) -> Result<tether::xds::Bootstrap, String> {
     tether::xds::Bootstrap::from_json(&format!(
         r#"{{"xds_servers":[{{"server_uri":"{ads}","channel_creds":[{{"type":"insecure"}}]}}],"node":{{"id":"bench"}}}}"#
     ))
@@ -1551,6 +1580,12 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
         Kind::TetherXds => Client::Tether(EchoClient::new(
             tether::Channel::builder()
                 .bootstrap(control_plane(addrs).await?)
+                .connect("xds:///echo.bench")
+                .map_err(|e| e.to_string())?,
+        )),
+        Kind::TetherXdsLrs => Client::Tether(EchoClient::new(
+            tether::Channel::builder()
+                .bootstrap(bootstrap_for(shared_ads_lrs(addrs).await?)?)
                 .connect("xds:///echo.bench")
                 .map_err(|e| e.to_string())?,
         )),
@@ -2101,6 +2136,16 @@ impl Summary {
                     );
                 }
             }
+            if let (Some(xds), Some(lrs)) = (per(Kind::TetherXds), per(Kind::TetherXdsLrs)) {
+                println!(
+                    "{}",
+                    goal_line(
+                        "  reporting load (LRS) ≤ 1.02 × the same xDS cluster without, instructions/call",
+                        lrs <= 1.02 * xds,
+                        &format!("{:.3}", lrs / xds)
+                    )
+                );
+            }
             if let (Some(xds), Some(tonic_xds)) = (per(Kind::TetherXds), per(Kind::TonicXds)) {
                 println!(
                     "{}",
@@ -2222,7 +2267,7 @@ const COUNTED: [Kind; 4] = [
 
 /// The same over xDS: tether::Channel and tonic-xds over the same
 /// tether-control resources (the parent's ADS server) and backends.
-const COUNTED_XDS: [Kind; 2] = [Kind::TetherXds, Kind::TonicXds];
+const COUNTED_XDS: [Kind; 3] = [Kind::TetherXds, Kind::TetherXdsLrs, Kind::TonicXds];
 
 /// The same for the mTLS rows: tonic with its own TLS, the channel with
 /// `ChannelBuilder::tls` and with xDS mTLS, all to the TLS stage's backend
@@ -2272,7 +2317,7 @@ fn callgrind_total(
     calls: usize,
     addrs: &[SocketAddr],
     tls: Option<&TlsStage>,
-    ads: Option<SocketAddr>,
+    ads: Option<(&str, SocketAddr)>,
 ) -> Result<u64, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = std::env::temp_dir().join(format!(
@@ -2284,8 +2329,8 @@ fn callgrind_total(
     if let Some(t) = tls {
         command.env(TLS_STAGE_ENV, format!("{} {}", t.addr, t.dir.display()));
     }
-    if let Some(a) = ads {
-        command.env(ADS_ENV, a.to_string());
+    if let Some((var, a)) = ads {
+        command.env(var, a.to_string());
     }
     let status = command
         .args(["--tool=callgrind", "--quiet"])
@@ -2338,10 +2383,10 @@ fn instructions_section(
         } else {
             None
         };
-        let ads = if COUNTED_XDS.contains(&kind) {
-            Some(rt.block_on(shared_ads(addrs))?)
-        } else {
-            None
+        let ads = match kind {
+            Kind::TetherXdsLrs => Some((ADS_LRS_ENV, rt.block_on(shared_ads_lrs(addrs))?)),
+            k if COUNTED_XDS.contains(&k) => Some((ADS_ENV, rt.block_on(shared_ads(addrs))?)),
+            _ => None,
         };
         // Three pairs, the median kept: how the backend's answers meet
         // the client's polls moves a run by a few hundred instructions.

@@ -42,11 +42,13 @@ impl CallTracker for Counted {
     }
 }
 
-/// A reporting cluster's counters, made when the picker is.
+/// A reporting cluster's counters, made when the picker is: each
+/// endpoint's tracker made once, so a call clones an `Arc` and allocates
+/// nothing.
 #[derive(Debug)]
 struct Load {
     cluster: Arc<ClusterLoad>,
-    endpoints: HashMap<SocketAddr, Arc<EndpointLoad>>,
+    endpoints: HashMap<SocketAddr, Arc<Counted>, foldhash::fast::RandomState>,
 }
 
 /// The picker of one cluster.
@@ -66,7 +68,10 @@ impl ClusterImplPicker {
             endpoints: config
                 .localities
                 .iter()
-                .map(|(address, locality)| (*address, handle.0.endpoint(locality, *address)))
+                .map(|(address, locality)| {
+                    let counters = handle.0.endpoint(locality, *address);
+                    (*address, Arc::new(Counted(counters)))
+                })
                 .collect(),
             cluster: handle.0.clone(),
         });
@@ -104,9 +109,9 @@ impl Picker for ClusterImplPicker {
                 self.in_flight.0.fetch_add(1, Ordering::Relaxed);
                 pick.trackers.push(self.in_flight.clone());
                 if let Some(load) = &self.load {
-                    if let Some(e) = load.endpoints.get(&pick.subchannel.address()) {
-                        e.start();
-                        pick.trackers.push(Arc::new(Counted(e.clone())));
+                    if let Some(counted) = load.endpoints.get(&pick.subchannel.address()) {
+                        counted.0.start();
+                        pick.trackers.push(counted.clone());
                     }
                 }
                 PickResult::Complete(pick)
