@@ -32,14 +32,15 @@
 #      endpoint, and with a session (goals <= 1.05 x plain tonic, sessions
 #      <= 1.05 x without); tonic with TLS against the channel with TLS and
 #      with xDS mTLS; tether::Channel over xDS against tonic-xds (goal
-#      <= 1.0 x its instructions); wall-clock ratios on a shared 2-core machine swing
+#      <= 1.0 x its instructions); the same xDS cluster reporting load (LRS)
+#      against it without (goal <= 1.02 x); wall-clock ratios on a shared 2-core machine swing
 #      by several percent between rounds, instruction counts do not.
 #
 #   scripts/bench-channel.sh            full run: 8 rounds x 30 runs x 3.5 s, 3 EDS rounds (about 17 minutes)
 #   scripts/bench-channel.sh --quick    a smoke run (0.3 s per configuration), under 30 s once built
 # Options (passed to the bench binary): --duration SECS  --warmup SECS  --rounds N
 #   --eds-rounds N  --only eds,updates,picker,throughput,rotation,instructions
-#   --kinds plain,balance,one,dns,static,session,session_layer,sessions,xds,tonic_xds,least_request,
+#   --kinds plain,balance,one,dns,static,session,session_layer,sessions,xds,xds_lrs,tonic_xds,least_request,
 #           outlier_detection,weighted_round_robin,tonic_tls,tls,xds_mtls (also the instructions
 #           section's configurations)
 # Exits non-zero when a configuration fails calls or a part cannot run;
