@@ -36,7 +36,7 @@ struct Args {
     /// replicas of a scaled service, which share one command line).
     #[arg(long)]
     name: Option<String>,
-    /// The address to listen on; answers name it. With 0.0.0.0 (or [::])
+    /// The address to listen on; answers name it. With `0.0.0.0` (or `[::]`)
     /// answers name the address each connection reached instead.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
