@@ -182,10 +182,10 @@ async fn compose_demo_files_agree() {
     ] {
         assert!(compose.contains(image), "docker-compose.yml: {image}");
     }
-    // tether-control takes its file, and its backends are the containers.
+    // tether-control takes its file, and its backends are the replicas of
+    // one service, found by name through Docker's DNS.
     let yaml = config_text("compose/tether.yaml");
     let config = tether_control::Config::parse(&yaml).unwrap_or_else(|e| panic!("{e}"));
-    let net = "10.203.117";
     for service in ["shop", "catalog"] {
         let spec = config.services.iter().find(|s| s.name == service).unwrap();
         let addrs: Vec<String> = spec
@@ -193,23 +193,21 @@ async fn compose_demo_files_agree() {
             .iter()
             .map(|e| e.address.to_string())
             .collect();
-        assert_eq!(
-            addrs,
-            (1..=3)
-                .map(|i| format!("{net}.1{i}:8080"))
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(addrs, ["backend:8080"], "service {service}");
     }
-    for i in 1..=3 {
-        for text in [
-            format!(
-                "\"--name\", \"backend-{i}\", \"--listen\", \"${{TETHER_NET:-{net}}}.1{i}:8080\""
-            ),
-            format!("ipv4_address: \"${{TETHER_NET:-{net}}}.1{i}\""),
-        ] {
-            assert!(compose.contains(&text), "docker-compose.yml: {text}");
-        }
+    for text in [
+        "  backend:\n",
+        "command: [\"tether-demo-backend\", \"--listen\", \"0.0.0.0:8080\"]",
+        "scale: 3",
+        "depends_on: [backend]",
+        "ip_range: \"${TETHER_NET:-10.203.117}.128/25\"",
+    ] {
+        assert!(compose.contains(text), "docker-compose.yml: {text}");
     }
+    assert!(
+        !compose.contains("backend-1"),
+        "docker-compose.yml: a fixed backend container is left"
+    );
     // The plugin is where the image puts it and Envoy mounts it.
     let plugin = config
         .envoy
@@ -285,9 +283,7 @@ async fn compose_mtls_variant_files_agree() {
     // Every service but the one-shot `certs` mounts the volume and waits for it.
     for service in [
         "tether-control",
-        "backend-1",
-        "backend-2",
-        "backend-3",
+        "backend",
         "envoy",
         "channel-client",
         "grpcio-client",
@@ -303,7 +299,8 @@ async fn compose_mtls_variant_files_agree() {
         overlay
             .matches("\"--tls-client-ca\", \"/certs/ca.pem\"")
             .count(),
-        4
+        2,
+        "tether-control and the backend service ask for client certificates"
     );
     // Envoy's bootstrap, with certificates where the volume puts them.
     let dir = std::env::temp_dir().join(format!("tether-compose-mtls-{}", std::process::id()));
