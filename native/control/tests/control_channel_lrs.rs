@@ -7,21 +7,12 @@
 
 mod control_support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use control_support::{echo_drain_yaml, Control, TempDir};
+use control_support::{echo_drain_yaml, session_cookie, Control, TempDir};
 use tether_proto::demo::v1::echo_client::EchoClient;
 use tether_proto::demo::v1::EchoRequest;
 use tether_testkit::grpc::GrpcBackend;
-
-/// The C-core-format `grpc-session` cookie pinning `echo/session` to `to`.
-fn session_cookie(to: SocketAddr) -> String {
-    let mut pinned = tether_core::cookie::SessionCookie::new(tether_core::AddressList::one(to));
-    pinned.cluster = Some("echo/session".to_owned());
-    let value = tether_core::cookie::encode(&pinned, tether_core::Format::Grpc, None).unwrap();
-    format!("grpc-session={value}")
-}
 
 /// One Echo call with `cookie`; the backend that answered.
 async fn call(channel: &tether::Channel, cookie: &str) -> String {

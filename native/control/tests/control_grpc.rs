@@ -15,15 +15,14 @@ mod control_support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use control_support::{Control, TempDir};
+use control_support::{grpcio_client, session_cookie, Control, TempDir};
 use tether_proto::demo::v1::echo_server::{Echo, EchoServer};
 use tether_proto::demo::v1::{EchoReply, EchoRequest};
-use tether_testkit::grpcio::{self, Call, Client};
+use tether_testkit::grpcio::{Call, Client};
 
 struct Backend {
     name: String,
@@ -73,16 +72,6 @@ async fn start_counting_backend(
             .await;
     });
     (addr, task, served)
-}
-
-/// The grpcio client over `bootstrap`: python3's grpcio, or one installed
-/// into a virtual environment under the target directory (once).
-async fn grpcio_client(bootstrap: &Path) -> Client {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-grpcio");
-    let py = grpcio::python_or_install(Some(&venv))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    Client::new(py, bootstrap)
 }
 
 /// `calls` calls to `target` through `client` (after warming up to `warm`
@@ -629,14 +618,6 @@ async fn grpcio_load_reports_make_a_draining_endpoint_busy_then_idle() {
         .await;
     t1.abort();
     t2.abort();
-}
-
-/// The `grpc-session` cookie C-core reads, pinning `echo/session` to `to`.
-fn session_cookie(to: SocketAddr) -> String {
-    let mut pinned = tether_core::cookie::SessionCookie::new(tether_core::AddressList::one(to));
-    pinned.cluster = Some("echo/session".to_owned());
-    let value = tether_core::cookie::encode(&pinned, tether_core::Format::Grpc, None).unwrap();
-    format!("grpc-session={value}")
 }
 
 /// The endpoints of a watched ClusterLoadAssignment and their health.

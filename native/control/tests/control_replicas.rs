@@ -9,21 +9,11 @@
 mod control_support;
 
 use std::net::SocketAddr;
-use std::path::Path;
+
 use std::time::{Duration, Instant};
 
-use control_support::{control_binary, echo_drain_yaml, Control, TempDir};
+use control_support::{control_binary, echo_drain_yaml, grpcio_client, Control, TempDir};
 use tether_testkit::grpc::GrpcBackend;
-use tether_testkit::grpcio::{self, Client};
-
-/// The grpcio client over `bootstrap` (see control_grpc.rs).
-async fn grpcio_client(bootstrap: &Path) -> Client {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-grpcio");
-    let py = grpcio::python_or_install(Some(&venv))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    Client::new(py, bootstrap)
-}
 
 /// `tether-control drain status` over `replicas`: exit code and stdout.
 async fn drain_status(replicas: &[&Control], json: bool) -> (i32, String) {

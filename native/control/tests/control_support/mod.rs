@@ -292,3 +292,23 @@ services:
 "#
     )
 }
+
+/// The grpcio client over `bootstrap`: python3's grpcio, or one installed
+/// into a virtual environment under the target directory (once).
+#[allow(dead_code)]
+pub async fn grpcio_client(bootstrap: &std::path::Path) -> tether_testkit::grpcio::Client {
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-grpcio");
+    let py = tether_testkit::grpcio::python_or_install(Some(&venv))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tether_testkit::grpcio::Client::new(py, bootstrap)
+}
+
+/// The `grpc-session` cookie (C-core's format) pinning `echo/session` to `to`.
+#[allow(dead_code)]
+pub fn session_cookie(to: SocketAddr) -> String {
+    let mut pinned = tether_core::cookie::SessionCookie::new(tether_core::AddressList::one(to));
+    pinned.cluster = Some("echo/session".to_owned());
+    let value = tether_core::cookie::encode(&pinned, tether_core::Format::Grpc, None).unwrap();
+    format!("grpc-session={value}")
+}
