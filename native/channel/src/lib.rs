@@ -28,6 +28,7 @@ pub mod lb;
 pub mod orca;
 pub mod session;
 pub mod subchannel;
+pub mod telemetry;
 
 /// The xDS client and its validated resources (the `tether-xds` crate).
 pub use tether_xds as xds;
@@ -52,5 +53,7 @@ pub use subchannel::{KeepaliveOptions, SubchannelOptions};
 pub use channel::{ChannelStats, ClusterSessions};
 pub use lb::{AddressSessions, ConnectivityState, PolicyStats};
 pub use subchannel::SubchannelStats;
+// gRPC's OpenTelemetry metrics (A66):
+pub use telemetry::Telemetry;
 // The session cookie jar:
 pub use session::{CookieJar, CookieJarLayer, CookieJarService, JarError, SessionId};

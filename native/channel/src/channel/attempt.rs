@@ -16,6 +16,7 @@ use tonic::Status;
 
 use crate::lb::{Subchannel, Trackers};
 use crate::subchannel::{Connection, SendError};
+use crate::telemetry::{status_of, BodyMetrics};
 
 /// The header name made once (a lookup by `&str` parses it every time).
 pub(super) static GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
@@ -167,22 +168,35 @@ pub(super) struct TrackedBody {
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     /// A stream keeps its cluster in the tree until it ends.
     _cluster: Arc<super::ClusterRef>,
+    /// The committed attempt's and the call's measure (A66), ended with
+    /// the body.
+    metrics: Option<Box<BodyMetrics>>,
 }
 
 impl TrackedBody {
     /// `body`, ending `guard` at its trailers (or at its end, or at the
-    /// call's `deadline`), holding `cluster` while it is read.
+    /// call's `deadline`), holding `cluster` while it is read, and ending
+    /// `metrics` with it.
     pub(super) fn new(
         body: hyper::body::Incoming,
         guard: CallGuard,
         deadline: Option<Instant>,
         cluster: Arc<super::ClusterRef>,
+        metrics: Option<Box<BodyMetrics>>,
     ) -> Self {
         TrackedBody {
             inner: body,
             guard: Some(guard),
             deadline: deadline.map(|d| Box::pin(tokio::time::sleep_until(d))),
             _cluster: cluster,
+            metrics,
+        }
+    }
+
+    /// Ends the measure, if any, with `code`.
+    fn end_metrics(&mut self, code: tonic::Code) {
+        if let Some(m) = self.metrics.take() {
+            m.end(code);
         }
     }
 }
@@ -204,6 +218,7 @@ impl HttpBody for TrackedBody {
             if let Some(g) = self.guard.take() {
                 g.finish(false);
             }
+            self.end_metrics(tonic::Code::DeadlineExceeded);
             return Poll::Ready(Some(Err(Status::deadline_exceeded(
                 "deadline exceeded reading the response",
             ))));
@@ -213,17 +228,33 @@ impl HttpBody for TrackedBody {
             .map_err(|e| Status::from_error(Box::new(e)));
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some(trailers) = frame.trailers_ref() {
+                if let Some(data) = frame.data_ref() {
+                    if let Some(m) = self.metrics.as_mut() {
+                        m.received(data);
+                    }
+                } else if let Some(trailers) = frame.trailers_ref() {
                     let ok = trailers.get(&GRPC_STATUS).is_some_and(|c| c == "0");
                     if let Some(g) = self.guard.take() {
                         g.finish_with_trailers(ok, trailers);
                     }
+                    if let Some(m) = self.metrics.take() {
+                        m.end(status_of(trailers));
+                    }
                 }
             }
-            Poll::Ready(Some(Err(_))) | Poll::Ready(None) => {
+            Poll::Ready(Some(Err(status))) => {
+                let code = status.code();
                 if let Some(g) = self.guard.take() {
                     g.finish(false);
                 }
+                self.end_metrics(code);
+            }
+            Poll::Ready(None) => {
+                if let Some(g) = self.guard.take() {
+                    g.finish(false);
+                }
+                // A body without trailers carries no status.
+                self.end_metrics(tonic::Code::Internal);
             }
             Poll::Pending => {}
         }

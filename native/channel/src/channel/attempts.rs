@@ -31,6 +31,7 @@ use super::Inner;
 use crate::filter::Call;
 use crate::lb::{PickArgs, Subchannel};
 use crate::subchannel::SendError;
+use crate::telemetry::{end_attempt, AttemptMetrics, CallMetrics};
 
 /// How many times a call the server never saw (given back unsent, or
 /// refused by a GOAWAY or REFUSED_STREAM) is picked again.
@@ -47,6 +48,8 @@ pub(super) struct Committed {
     pub(super) endpoint: Option<Arc<[SocketAddr]>>,
     /// The LB policy that picked it.
     pub(super) policy: &'static str,
+    /// Its measure (A66), when the channel records metrics.
+    pub(super) attempt: Option<AttemptMetrics>,
 }
 
 /// A call's attempts: what the request side of the call decided, the
@@ -65,6 +68,7 @@ pub(super) async fn run(
     mut routed_by: Option<Arc<Snapshot>>,
     wait_for_ready: bool,
     made: &mut u32,
+    metrics: Option<&CallMetrics>,
 ) -> Result<Committed, Status> {
     let deadline = call.deadline;
     let mut transparent_retries = 0;
@@ -82,6 +86,8 @@ pub(super) async fn run(
         if std::mem::take(&mut retries.new_attempt) {
             retries.start(&mut parts.headers);
         }
+        // A66: each attempt, transparent retries too, from before its pick.
+        let mut attempt = metrics.map(CallMetrics::attempt);
         let picked = {
             let args = PickArgs {
                 path,
@@ -106,8 +112,12 @@ pub(super) async fn run(
             snapshot,
         } = match picked {
             Ok(picked) => picked,
-            Err(PickError::Final(status)) => return Err(status),
+            Err(PickError::Final(status)) => {
+                end_attempt(&mut attempt, status.code());
+                return Err(status);
+            }
             Err(PickError::Failed(status)) => {
+                end_attempt(&mut attempt, status.code());
                 // The attempt failed at the pick: retried like any other.
                 let Some(delay) = retries.after(status.code(), None, replay) else {
                     return Err(status);
@@ -124,6 +134,7 @@ pub(super) async fn run(
             let left = d.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 guard.release();
+                end_attempt(&mut attempt, tonic::Code::DeadlineExceeded);
                 return Err(Status::deadline_exceeded(
                     "deadline exceeded before the call was sent",
                 ));
@@ -134,18 +145,24 @@ pub(super) async fn run(
         }
         let Some(body) = replay.attempt() else {
             guard.release();
+            end_attempt(&mut attempt, tonic::Code::Unavailable);
             return Err(Status::unavailable(format!(
                 "{}: the call's request could not be sent again",
                 subchannel.address()
             )));
         };
+        let body = match attempt.as_mut() {
+            Some(a) => a.count_sent(body),
+            None => body,
+        };
         let result = match answer(&connection, attempt_request(parts, body), deadline).await {
             Ok(result) => result,
             Err(DeadlineExceeded) => {
+                end_attempt(&mut attempt, tonic::Code::DeadlineExceeded);
                 return Err(Status::deadline_exceeded(format!(
                     "deadline exceeded awaiting the response headers from {}",
                     subchannel.address()
-                )))
+                )));
             }
         };
         let budget = transparent_retries < MAX_TRANSPARENT_RETRIES;
@@ -162,6 +179,9 @@ pub(super) async fn run(
                     failed.and_then(|code| retries.after(code, Some(response.headers()), replay))
                 {
                     guard.finish_with_trailers(false, response.headers());
+                    if let Some(code) = failed {
+                        end_attempt(&mut attempt, code);
+                    }
                     log::debug!(
                         "{}: {path} attempt {} failed on {} ({:?}): retrying in {delay:?}",
                         inner.target,
@@ -181,6 +201,7 @@ pub(super) async fn run(
                     guard,
                     endpoint,
                     policy: picked_by,
+                    attempt,
                 });
             }
             Some(Err(SendError {
@@ -217,6 +238,7 @@ pub(super) async fn run(
             Ok(why) => why,
             Err(status) => {
                 guard.finish(false);
+                end_attempt(&mut attempt, status.code());
                 let Some(delay) = retries.after(status.code(), None, replay) else {
                     return Err(status);
                 };
@@ -231,6 +253,8 @@ pub(super) async fn run(
             }
         };
         guard.release();
+        // Unseen by the server, but an attempt that failed (as in C-core).
+        end_attempt(&mut attempt, tonic::Code::Unavailable);
         transparent_retries += 1;
         log::debug!("{}: {path} {retry_because}: picking again", inner.target);
         subchannel.connection_lost(&connection);

@@ -31,6 +31,7 @@ use crate::filter::{Answered, Call, Filter};
 use crate::lb::CallAttributes;
 use crate::session::filter::StatefulSession;
 use crate::session::jar::JarCall;
+use crate::telemetry::{status_of, BodyMetrics, CallMetrics};
 
 /// How many attempts a call made (gRFC A6 retries; transparent retries
 /// not counted): in the response's extensions, failed calls' too.
@@ -69,12 +70,27 @@ pub(crate) fn call(
     };
     let deadline = timeout.map(|t| Instant::now() + t);
     let session = jar.as_ref().map(|j| j.session_id().0);
+    let mut metrics = inner.metrics.as_ref().map(|m| m.call(request.uri().path()));
     async move {
         let mut attempts = 0;
-        let mut response = match run(&inner, request, deadline, &mut attempts, session).await {
+        let mut response = match run(
+            &inner,
+            request,
+            deadline,
+            &mut attempts,
+            session,
+            &mut metrics,
+        )
+        .await
+        {
             Ok(response) => response,
             Err(status) => status.into_http(),
         };
+        // Still here when the call ended without a body to read (an error,
+        // a trailers-only response): its status is in the headers.
+        if let Some(m) = metrics.take() {
+            m.end(status_of(response.headers()));
+        }
         if let Some(jar) = &jar {
             jar.store(response.headers());
         }
@@ -125,6 +141,7 @@ fn run<'a>(
     deadline: Option<Instant>,
     attempts: &'a mut u32,
     jar_session: Option<u64>,
+    metrics: &'a mut Option<CallMetrics>,
 ) -> impl Future<Output = Result<http::Response<Body>, Status>> + Send + 'a {
     async move {
         let mut deadline = deadline;
@@ -187,6 +204,7 @@ fn run<'a>(
             routed_by,
             wait_for_ready,
             attempts,
+            metrics.as_ref(),
         )
         .await?;
 
@@ -218,9 +236,23 @@ fn run<'a>(
             committed
                 .guard
                 .finish_with_trailers(code == "0", &parts.headers);
+            if let Some(a) = committed.attempt {
+                a.end(status_of(&parts.headers));
+            }
             return Ok(http::Response::from_parts(parts, Body::new(body)));
         }
-        let body = TrackedBody::new(body, committed.guard, deadline, config.cluster.clone());
+        // The body's end ends the attempt and the call.
+        let measured = match (committed.attempt, metrics.take()) {
+            (Some(attempt), Some(call)) => Some(Box::new(BodyMetrics { attempt, call })),
+            _ => None,
+        };
+        let body = TrackedBody::new(
+            body,
+            committed.guard,
+            deadline,
+            config.cluster.clone(),
+            measured,
+        );
         Ok(http::Response::from_parts(parts, Body::new(body)))
     }
 }

@@ -261,6 +261,8 @@ pub(crate) struct Inner {
     wait_for_ready: bool,
     /// The session cookie format written, which rotated keys must suit.
     session_format: tether_core::cookie::Format,
+    /// gRPC's metrics (A66), when the channel records them.
+    metrics: Option<Arc<crate::telemetry::ChannelMetrics>>,
     shared: Arc<Shared>,
     control: mpsc::UnboundedSender<Control>,
     tasks: Vec<AbortHandle>,
@@ -331,6 +333,7 @@ pub struct ChannelBuilder {
     min_time_between_resolutions: Option<Duration>,
     default_timeout: Option<Duration>,
     user_agent: Option<String>,
+    telemetry: Option<crate::telemetry::Telemetry>,
 }
 
 impl ChannelBuilder {
@@ -551,6 +554,14 @@ impl ChannelBuilder {
     /// by [`ChannelBuilder::connect`] to be a header value.
     pub fn user_agent(mut self, user_agent: impl Into<String>) -> Self {
         self.user_agent = Some(user_agent.into());
+        self
+    }
+
+    /// Records gRPC's standard metrics (gRFC A66, [`crate::telemetry`])
+    /// with `telemetry`, instead of the process-wide one
+    /// ([`crate::Telemetry::register_global`]) if any.
+    pub fn telemetry(mut self, telemetry: crate::Telemetry) -> Self {
+        self.telemetry = Some(telemetry);
         self
     }
 
@@ -833,6 +844,11 @@ impl ChannelBuilder {
             user_agent,
             wait_for_ready: self.wait_for_ready,
             session_format: self.session.format,
+            metrics: self
+                .telemetry
+                .clone()
+                .or_else(crate::telemetry::Telemetry::global)
+                .map(|t| t.for_channel(target)),
             shared,
             control: control_tx,
             tasks: vec![task.abort_handle()],

@@ -1,0 +1,298 @@
+//! What one channel, one call and one attempt record (A66's `CallTracer`
+//! and `CallAttemptTracer`): a call is measured from when the channel takes
+//! it to when its status is known; each attempt from before its LB pick to
+//! its end, with the message bytes it sent and received. Whatever is not
+//! ended explicitly (the application dropped the call) ends `CANCELLED`.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arc_swap::ArcSwap;
+use http_body::{Body as HttpBody, Frame};
+use opentelemetry::KeyValue;
+use tokio::time::Instant;
+use tonic::body::Body;
+use tonic::Code;
+
+use super::{AttributeFilter, Instruments, MessageBytes, MAX_METHODS};
+
+/// A channel's instruments and labels; each method's label made once.
+pub(crate) struct ChannelMetrics {
+    instruments: Arc<Instruments>,
+    target: KeyValue,
+    method_filter: Option<AttributeFilter>,
+    /// Method → its label, copied on write (a new method is rare; calls
+    /// read it without a lock).
+    methods: ArcSwap<HashMap<Box<str>, KeyValue>>,
+}
+
+impl std::fmt::Debug for ChannelMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelMetrics")
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelMetrics {
+    pub(super) fn new(
+        instruments: Arc<Instruments>,
+        target: KeyValue,
+        method_filter: Option<AttributeFilter>,
+    ) -> Self {
+        ChannelMetrics {
+            instruments,
+            target,
+            method_filter,
+            methods: ArcSwap::default(),
+        }
+    }
+
+    /// The `grpc.method` label of a call to `path` (`/package.Service/Method`).
+    fn method(&self, path: &str) -> KeyValue {
+        let method = path.strip_prefix('/').unwrap_or(path);
+        if let Some(kv) = self.methods.load().get(method) {
+            return kv.clone();
+        }
+        let mut added = None;
+        self.methods.rcu(|methods| {
+            let mut methods = HashMap::clone(methods);
+            let recorded = if methods.len() >= MAX_METHODS
+                || self.method_filter.as_ref().is_some_and(|f| !f(method))
+            {
+                "other".to_owned()
+            } else {
+                method.to_owned()
+            };
+            let kv = KeyValue::new("grpc.method", recorded);
+            // Past the bound the method is not kept: `other` each time.
+            if methods.len() < MAX_METHODS {
+                methods.insert(method.into(), kv.clone());
+            }
+            added = Some(kv);
+            methods
+        });
+        added.unwrap_or_else(|| KeyValue::new("grpc.method", "other"))
+    }
+
+    /// A call to `path` starts now.
+    pub(crate) fn call(self: &Arc<Self>, path: &str) -> CallMetrics {
+        CallMetrics {
+            labels: Arc::new([self.method(path), self.target.clone()]),
+            instruments: self.instruments.clone(),
+            start: Instant::now(),
+            done: false,
+        }
+    }
+}
+
+/// A66's name of a status code, as `grpc.status` records it.
+pub(crate) fn status_name(code: Code) -> &'static str {
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "CANCELLED",
+        Code::Unknown => "UNKNOWN",
+        Code::InvalidArgument => "INVALID_ARGUMENT",
+        Code::DeadlineExceeded => "DEADLINE_EXCEEDED",
+        Code::NotFound => "NOT_FOUND",
+        Code::AlreadyExists => "ALREADY_EXISTS",
+        Code::PermissionDenied => "PERMISSION_DENIED",
+        Code::ResourceExhausted => "RESOURCE_EXHAUSTED",
+        Code::FailedPrecondition => "FAILED_PRECONDITION",
+        Code::Aborted => "ABORTED",
+        Code::OutOfRange => "OUT_OF_RANGE",
+        Code::Unimplemented => "UNIMPLEMENTED",
+        Code::Internal => "INTERNAL",
+        Code::Unavailable => "UNAVAILABLE",
+        Code::DataLoss => "DATA_LOSS",
+        Code::Unauthenticated => "UNAUTHENTICATED",
+    }
+}
+
+/// `grpc.method` and `grpc.target`, then `grpc.status`.
+fn with_status(labels: &[KeyValue; 2], code: Code) -> [KeyValue; 3] {
+    let [method, target] = labels;
+    [
+        method.clone(),
+        target.clone(),
+        KeyValue::new("grpc.status", status_name(code)),
+    ]
+}
+
+/// The status of a response's `grpc-status` (trailers, or a trailers-only
+/// response's headers); `UNKNOWN` when it has none or an unknown one.
+pub(crate) fn status_of(headers: &http::HeaderMap) -> Code {
+    headers
+        .get("grpc-status")
+        .map_or(Code::Unknown, |v| Code::from_bytes(v.as_bytes()))
+}
+
+/// One call's measure.
+#[derive(Debug)]
+pub(crate) struct CallMetrics {
+    /// `grpc.method`, `grpc.target`.
+    labels: Arc<[KeyValue; 2]>,
+    instruments: Arc<Instruments>,
+    start: Instant,
+    done: bool,
+}
+
+impl CallMetrics {
+    /// An attempt of the call starts now (before its pick).
+    pub(crate) fn attempt(&self) -> AttemptMetrics {
+        self.instruments
+            .attempt_started
+            .add(1, self.labels.as_slice());
+        AttemptMetrics {
+            labels: self.labels.clone(),
+            instruments: self.instruments.clone(),
+            start: Instant::now(),
+            sent: None,
+            rcvd: MessageBytes::default(),
+            done: false,
+        }
+    }
+
+    /// The call ended with `code`.
+    pub(crate) fn end(mut self, code: Code) {
+        self.record(code);
+    }
+
+    fn record(&mut self, code: Code) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let labels = with_status(&self.labels, code);
+        self.instruments
+            .call_duration
+            .record(self.start.elapsed().as_secs_f64(), &labels);
+    }
+}
+
+impl Drop for CallMetrics {
+    fn drop(&mut self) {
+        self.record(Code::Cancelled);
+    }
+}
+
+/// One attempt's measure.
+#[derive(Debug)]
+pub(crate) struct AttemptMetrics {
+    labels: Arc<[KeyValue; 2]>,
+    instruments: Arc<Instruments>,
+    start: Instant,
+    /// Message bytes its request body sent, counted as hyper reads it.
+    sent: Option<Arc<AtomicU64>>,
+    /// Message bytes of its response read so far.
+    rcvd: MessageBytes,
+    done: bool,
+}
+
+impl AttemptMetrics {
+    /// `body`, its message bytes counted as they are sent.
+    pub(crate) fn count_sent(&mut self, body: Body) -> Body {
+        let sent = Arc::new(AtomicU64::new(0));
+        self.sent = Some(sent.clone());
+        Body::new(SentBody {
+            inner: body,
+            bytes: MessageBytes::default(),
+            sent,
+        })
+    }
+
+    /// A chunk of the response's messages arrived.
+    pub(crate) fn received(&mut self, chunk: &[u8]) {
+        self.rcvd.feed(chunk);
+    }
+
+    /// The attempt ended with `code`.
+    pub(crate) fn end(mut self, code: Code) {
+        self.record(code);
+    }
+
+    fn record(&mut self, code: Code) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        let labels = with_status(&self.labels, code);
+        let i = &self.instruments;
+        i.attempt_duration
+            .record(self.start.elapsed().as_secs_f64(), &labels);
+        let sent = self.sent.as_ref().map_or(0, |s| s.load(Ordering::Relaxed));
+        i.attempt_sent.record(sent, &labels);
+        i.attempt_rcvd.record(self.rcvd.total(), &labels);
+    }
+}
+
+impl Drop for AttemptMetrics {
+    fn drop(&mut self) {
+        self.record(Code::Cancelled);
+    }
+}
+
+/// A request body whose message bytes are counted as they go.
+struct SentBody {
+    inner: Body,
+    bytes: MessageBytes,
+    sent: Arc<AtomicU64>,
+}
+
+impl HttpBody for SentBody {
+    type Data = bytes::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled {
+            if let Some(data) = frame.data_ref() {
+                this.bytes.feed(data);
+                this.sent.store(this.bytes.total(), Ordering::Relaxed);
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The committed attempt and its call, ended together when the response
+/// body ends.
+#[derive(Debug)]
+pub(crate) struct BodyMetrics {
+    pub(crate) attempt: AttemptMetrics,
+    pub(crate) call: CallMetrics,
+}
+
+impl BodyMetrics {
+    /// A chunk of the response's messages arrived.
+    pub(crate) fn received(&mut self, chunk: &[u8]) {
+        self.attempt.received(chunk);
+    }
+
+    /// The response ended with `code`.
+    pub(crate) fn end(self, code: Code) {
+        let BodyMetrics { attempt, call } = self;
+        attempt.end(code);
+        call.end(code);
+    }
+}
+
+/// Ends `attempt`, if it is measured, with `code`.
+pub(crate) fn end_attempt(attempt: &mut Option<AttemptMetrics>, code: Code) {
+    if let Some(a) = attempt.take() {
+        a.end(code);
+    }
+}

@@ -1,0 +1,290 @@
+//! gRPC's standard metrics over OpenTelemetry (gRFC A66): the instruments
+//! every gRPC client has, with their names, units, label keys and bucket
+//! boundaries, recorded by [`crate::Channel`] when it is given a
+//! [`Telemetry`].
+//!
+//! | Instrument | Kind | Unit | Labels |
+//! |---|---|---|---|
+//! | `grpc.client.attempt.started` | counter | `{attempt}` | `grpc.method`, `grpc.target` |
+//! | `grpc.client.attempt.duration` | histogram (latency) | `s` | `grpc.method`, `grpc.target`, `grpc.status` |
+//! | `grpc.client.attempt.sent_total_compressed_message_size` | histogram (size) | `By` | `grpc.method`, `grpc.target`, `grpc.status` |
+//! | `grpc.client.attempt.rcvd_total_compressed_message_size` | histogram (size) | `By` | `grpc.method`, `grpc.target`, `grpc.status` |
+//! | `grpc.client.call.duration` | histogram (latency) | `s` | `grpc.method`, `grpc.target`, `grpc.status` |
+//!
+//! Wiring as in gRPC: the user builds a [`Telemetry`] from a
+//! `MeterProvider` of the `opentelemetry` crate (the exporter is theirs:
+//! OTLP, Prometheus, stdout) and hands it to
+//! [`crate::ChannelBuilder::telemetry`], or registers it for every channel
+//! made afterwards ([`Telemetry::register_global`]). OpenTelemetry's own
+//! global provider is never used, as A66 says. A channel without one
+//! records nothing and its calls pay one branch.
+//!
+//! Cardinality: `grpc.status` is one of the 17 codes; `grpc.target` is the
+//! channel's canonical target, or `other` where
+//! [`TelemetryBuilder::target_attribute_filter`] says so; `grpc.method` is
+//! the call's method (`package.Service/Method`), or `other` where
+//! [`TelemetryBuilder::method_attribute_filter`] says so, and for every
+//! method past the first [`MAX_METHODS`] distinct ones of a channel
+//! (tonic has no registered methods to tell generic ones by, so the bound
+//! stands in for A66's rule).
+
+mod call;
+mod messages;
+
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwapOption;
+use opentelemetry::metrics::{Counter, Histogram, MeterProvider};
+use opentelemetry::{InstrumentationScope, KeyValue};
+
+pub(crate) use call::{
+    end_attempt, status_of, AttemptMetrics, BodyMetrics, CallMetrics, ChannelMetrics,
+};
+pub(crate) use messages::MessageBytes;
+
+/// The meter's name: the library, as gRPC's are named `grpc-c++`, `grpc-go`.
+pub const METER_NAME: &str = "tether";
+
+/// How many distinct `grpc.method` values a channel records; later methods
+/// are recorded as `other`.
+pub const MAX_METHODS: usize = 1000;
+
+/// A66's latency buckets, in seconds.
+pub const LATENCY_BUCKETS: [f64; 41] = [
+    0.0, 0.00001, 0.00005, 0.0001, 0.0003, 0.0006, 0.0008, 0.001, 0.002, 0.003, 0.004, 0.005,
+    0.006, 0.008, 0.01, 0.013, 0.016, 0.02, 0.025, 0.03, 0.04, 0.05, 0.065, 0.08, 0.1, 0.13, 0.16,
+    0.2, 0.25, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0,
+];
+
+/// A66's size buckets, in bytes.
+pub const SIZE_BUCKETS: [f64; 14] = [
+    0.0,
+    1024.0,
+    2048.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262144.0,
+    1048576.0,
+    4194304.0,
+    16777216.0,
+    67108864.0,
+    268435456.0,
+    1073741824.0,
+    4294967296.0,
+];
+
+/// A filter on a label's value: `true` records it, `false` records `other`.
+type AttributeFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// The instruments of one meter, made once.
+#[derive(Debug)]
+pub(crate) struct Instruments {
+    pub(crate) attempt_started: Counter<u64>,
+    pub(crate) attempt_duration: Histogram<f64>,
+    pub(crate) attempt_sent: Histogram<u64>,
+    pub(crate) attempt_rcvd: Histogram<u64>,
+    pub(crate) call_duration: Histogram<f64>,
+}
+
+impl Instruments {
+    fn new(provider: &dyn MeterProvider) -> Self {
+        let scope = InstrumentationScope::builder(METER_NAME)
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build();
+        let meter = provider.meter_with_scope(scope);
+        Instruments {
+            attempt_started: meter
+                .u64_counter("grpc.client.attempt.started")
+                .with_unit("{attempt}")
+                .with_description(
+                    "The total number of RPC attempts started, including those that have not \
+                     completed.",
+                )
+                .build(),
+            attempt_duration: meter
+                .f64_histogram("grpc.client.attempt.duration")
+                .with_unit("s")
+                .with_description(
+                    "End-to-end time taken to complete an RPC attempt including the time it \
+                     takes to pick a subchannel.",
+                )
+                .with_boundaries(LATENCY_BUCKETS.to_vec())
+                .build(),
+            attempt_sent: meter
+                .u64_histogram("grpc.client.attempt.sent_total_compressed_message_size")
+                .with_unit("By")
+                .with_description(
+                    "Compressed message bytes sent per RPC attempt (gRPC framing excluded).",
+                )
+                .with_boundaries(SIZE_BUCKETS.to_vec())
+                .build(),
+            attempt_rcvd: meter
+                .u64_histogram("grpc.client.attempt.rcvd_total_compressed_message_size")
+                .with_unit("By")
+                .with_description(
+                    "Compressed message bytes received per RPC attempt (gRPC framing excluded).",
+                )
+                .with_boundaries(SIZE_BUCKETS.to_vec())
+                .build(),
+            call_duration: meter
+                .f64_histogram("grpc.client.call.duration")
+                .with_unit("s")
+                .with_description(
+                    "Time the gRPC library takes to complete an RPC from the application's \
+                     perspective.",
+                )
+                .with_boundaries(LATENCY_BUCKETS.to_vec())
+                .build(),
+        }
+    }
+}
+
+/// gRPC's OpenTelemetry metrics for channels: instruments made from one
+/// `MeterProvider`, and the label filters. Cheap to clone.
+#[derive(Clone)]
+pub struct Telemetry {
+    instruments: Arc<Instruments>,
+    target_filter: Option<AttributeFilter>,
+    method_filter: Option<AttributeFilter>,
+}
+
+impl fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("target_filter", &self.target_filter.is_some())
+            .field("method_filter", &self.method_filter.is_some())
+            .finish()
+    }
+}
+
+/// The process-wide [`Telemetry`] ([`Telemetry::register_global`]).
+fn global() -> &'static ArcSwapOption<Telemetry> {
+    static GLOBAL: OnceLock<ArcSwapOption<Telemetry>> = OnceLock::new();
+    GLOBAL.get_or_init(ArcSwapOption::empty)
+}
+
+impl Telemetry {
+    /// Metrics recorded through `provider`'s meter [`METER_NAME`].
+    pub fn builder(provider: &dyn MeterProvider) -> TelemetryBuilder {
+        TelemetryBuilder {
+            instruments: Arc::new(Instruments::new(provider)),
+            target_filter: None,
+            method_filter: None,
+        }
+    }
+
+    /// Records for every channel made from now on without its own
+    /// ([`crate::ChannelBuilder::telemetry`]), as gRPC's
+    /// `BuildAndRegisterGlobal`; channels made before keep what they had.
+    pub fn register_global(self) {
+        global().store(Some(Arc::new(self)));
+    }
+
+    /// Stops [`Telemetry::register_global`]'s recording for channels made
+    /// from now on.
+    pub fn unregister_global() {
+        global().store(None);
+    }
+
+    /// The process-wide one, if registered.
+    pub(crate) fn global() -> Option<Telemetry> {
+        global().load_full().map(|t| (*t).clone())
+    }
+
+    /// What a channel to `target` records with.
+    pub(crate) fn for_channel(&self, target: &str) -> Arc<ChannelMetrics> {
+        let canonical = canonical_target(target);
+        let recorded = match &self.target_filter {
+            Some(f) if !f(&canonical) => "other".to_owned(),
+            _ => canonical,
+        };
+        Arc::new(ChannelMetrics::new(
+            self.instruments.clone(),
+            KeyValue::new("grpc.target", recorded),
+            self.method_filter.clone(),
+        ))
+    }
+}
+
+/// Options of a [`Telemetry`], then [`TelemetryBuilder::build`].
+#[must_use]
+pub struct TelemetryBuilder {
+    instruments: Arc<Instruments>,
+    target_filter: Option<AttributeFilter>,
+    method_filter: Option<AttributeFilter>,
+}
+
+impl fmt::Debug for TelemetryBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TelemetryBuilder").finish_non_exhaustive()
+    }
+}
+
+impl TelemetryBuilder {
+    /// Called once per channel with its canonical target: `false` records
+    /// `grpc.target` as `other` (many channels to IP addresses, say).
+    pub fn target_attribute_filter(
+        mut self,
+        filter: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.target_filter = Some(Arc::new(filter));
+        self
+    }
+
+    /// Called once per method and channel with the method
+    /// (`package.Service/Method`): `false` records `grpc.method` as
+    /// `other` (methods named by the network, say).
+    pub fn method_attribute_filter(
+        mut self,
+        filter: impl Fn(&str) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.method_filter = Some(Arc::new(filter));
+        self
+    }
+
+    /// The telemetry.
+    pub fn build(self) -> Telemetry {
+        Telemetry {
+            instruments: self.instruments,
+            target_filter: self.target_filter,
+            method_filter: self.method_filter,
+        }
+    }
+}
+
+/// A target as gRPC records it: with its scheme, `dns:///` added where it
+/// has none gRPC knows (`localhost:50051` is `dns:///localhost:50051`).
+pub fn canonical_target(target: &str) -> String {
+    const SCHEMES: [&str; 8] = [
+        "xds", "static", "dns", "ipv4", "ipv6", "unix", "http", "https",
+    ];
+    match target.split_once(':') {
+        Some((scheme, _)) if SCHEMES.contains(&scheme) => target.to_owned(),
+        _ => format!("dns:///{target}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_without_a_known_scheme_are_dns() {
+        assert_eq!(
+            canonical_target("localhost:50051"),
+            "dns:///localhost:50051"
+        );
+        assert_eq!(canonical_target("xds:///shop"), "xds:///shop");
+        assert_eq!(canonical_target("dns:///a:1"), "dns:///a:1");
+        assert_eq!(canonical_target("unix:/tmp/s"), "unix:/tmp/s");
+        assert_eq!(canonical_target("example.com"), "dns:///example.com");
+    }
+
+    #[test]
+    fn buckets_rise() {
+        assert!(LATENCY_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+        assert!(SIZE_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+    }
+}

@@ -1,0 +1,295 @@
+//! gRPC's OpenTelemetry metrics (gRFC A66) from `tether::Channel`, read
+//! back from the OpenTelemetry SDK's in-memory exporter: the instruments'
+//! names, units, label keys and buckets, and the counts of real calls to
+//! real tonic backends (OK, UNAVAILABLE, a deadline).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+use prost::Message as _;
+use tether::channel::{EndpointPolicy, StaticConfig, StaticEndpoint};
+use tether::telemetry::{LATENCY_BUCKETS, SIZE_BUCKETS};
+use tether::{Channel, Telemetry};
+use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
+
+/// A meter provider whose exports land in memory.
+struct Recorder {
+    provider: SdkMeterProvider,
+    exporter: InMemoryMetricExporter,
+}
+
+/// One instrument's points: label set → (count or sum, histogram sum).
+#[derive(Debug, Default)]
+struct Instrument {
+    unit: String,
+    points: BTreeMap<Vec<(String, String)>, (u64, f64)>,
+    bounds: Vec<f64>,
+}
+
+impl Recorder {
+    fn new() -> Recorder {
+        let exporter = InMemoryMetricExporter::default();
+        let provider = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(exporter.clone()).build())
+            .build();
+        Recorder { provider, exporter }
+    }
+
+    /// What was recorded so far, by instrument name (cumulative).
+    fn read(&self) -> BTreeMap<String, Instrument> {
+        self.exporter.reset();
+        self.provider.force_flush().expect("flush");
+        let exported = self.exporter.get_finished_metrics().expect("metrics");
+        let mut out = BTreeMap::new();
+        for rm in exported.iter().rev().take(1) {
+            for scope in rm.scope_metrics() {
+                assert_eq!(scope.scope().name(), "tether");
+                for m in scope.metrics() {
+                    let mut i = Instrument {
+                        unit: m.unit().to_owned(),
+                        ..Default::default()
+                    };
+                    let labels = |attrs: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
+                        let mut l: Vec<(String, String)> = attrs
+                            .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+                            .collect();
+                        l.sort();
+                        l
+                    };
+                    match m.data() {
+                        AggregatedMetrics::U64(MetricData::Sum(s)) => {
+                            for p in s.data_points() {
+                                i.points
+                                    .insert(labels(&mut p.attributes()), (p.value(), 0.0));
+                            }
+                        }
+                        AggregatedMetrics::F64(MetricData::Histogram(h)) => {
+                            for p in h.data_points() {
+                                i.bounds = p.bounds().collect();
+                                i.points
+                                    .insert(labels(&mut p.attributes()), (p.count(), p.sum()));
+                            }
+                        }
+                        AggregatedMetrics::U64(MetricData::Histogram(h)) => {
+                            for p in h.data_points() {
+                                i.bounds = p.bounds().collect();
+                                i.points.insert(
+                                    labels(&mut p.attributes()),
+                                    (p.count(), p.sum() as f64),
+                                );
+                            }
+                        }
+                        other => panic!("{}: unexpected data {other:?}", m.name()),
+                    }
+                    out.insert(m.name().to_owned(), i);
+                }
+            }
+        }
+        out
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut l: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    l.sort();
+    l
+}
+
+const METHOD: &str = "tether.demo.v1.Echo/Echo";
+
+async fn echo(channel: &Channel, message: &str) -> Result<usize, tonic::Status> {
+    let mut client = EchoClient::new(channel.clone());
+    let reply = client
+        .echo(EchoRequest {
+            message: message.into(),
+        })
+        .await?;
+    Ok(reply.into_inner().encoded_len())
+}
+
+#[tokio::test]
+async fn calls_and_attempts_are_counted_by_method_target_and_status() {
+    let failing = Arc::new(AtomicBool::new(false));
+    let backend = GrpcBackend::start_failing("a", failing.clone()).await;
+    let recorder = Recorder::new();
+    let telemetry = Telemetry::builder(&recorder.provider).build();
+    let channel = Channel::builder()
+        .telemetry(telemetry)
+        .connect_static(
+            StaticConfig::new("telemetry", vec![StaticEndpoint::new(backend.addr())])
+                .with_policy(EndpointPolicy::RoundRobin),
+        )
+        .unwrap();
+    let target = channel.target().to_owned();
+
+    let request_len = EchoRequest {
+        message: "hello".into(),
+    }
+    .encoded_len();
+    let mut reply_len = 0;
+    for _ in 0..3 {
+        reply_len = echo(&channel, "hello").await.unwrap();
+    }
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    for _ in 0..2 {
+        let e = echo(&channel, "hello").await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
+    }
+
+    let got = recorder.read();
+    let started = &got["grpc.client.attempt.started"];
+    assert_eq!(started.unit, "{attempt}");
+    let base = [("grpc.method", METHOD), ("grpc.target", target.as_str())];
+    assert_eq!(started.points[&labels(&base)].0, 5, "{started:?}");
+
+    let with = |status: &str| {
+        let mut l = base.to_vec();
+        l.push(("grpc.status", status));
+        labels(&l)
+    };
+    for name in ["grpc.client.attempt.duration", "grpc.client.call.duration"] {
+        let i = &got[name];
+        assert_eq!(i.unit, "s", "{name}");
+        assert_eq!(i.bounds, LATENCY_BUCKETS, "{name}");
+        assert_eq!(i.points[&with("OK")].0, 3, "{name}: {i:?}");
+        assert_eq!(i.points[&with("UNAVAILABLE")].0, 2, "{name}: {i:?}");
+        assert_eq!(i.points.len(), 2, "{name}: {i:?}");
+    }
+    let sent = &got["grpc.client.attempt.sent_total_compressed_message_size"];
+    assert_eq!(sent.unit, "By");
+    assert_eq!(sent.bounds, SIZE_BUCKETS);
+    // Message bytes, not the 5-byte gRPC prefixes.
+    assert_eq!(
+        sent.points[&with("OK")],
+        (3, 3.0 * request_len as f64),
+        "{sent:?}"
+    );
+    assert_eq!(
+        sent.points[&with("UNAVAILABLE")],
+        (2, 2.0 * request_len as f64)
+    );
+    let rcvd = &got["grpc.client.attempt.rcvd_total_compressed_message_size"];
+    assert_eq!(rcvd.points[&with("OK")], (3, 3.0 * reply_len as f64));
+    // A trailers-only failure carries no message.
+    assert_eq!(rcvd.points[&with("UNAVAILABLE")], (2, 0.0));
+}
+
+#[tokio::test]
+async fn a_deadline_and_a_dropped_call_are_recorded_with_their_status() {
+    let slow = GrpcBackend::start_slow("slow", Duration::from_secs(30)).await;
+    let recorder = Recorder::new();
+    let channel = Channel::builder()
+        .telemetry(Telemetry::builder(&recorder.provider).build())
+        .connect_static(StaticConfig::new(
+            "telemetry",
+            vec![StaticEndpoint::new(slow.addr())],
+        ))
+        .unwrap();
+    let target = channel.target().to_owned();
+    let mut client = EchoClient::new(channel.clone());
+    let mut request = tonic::Request::new(EchoRequest {
+        message: "x".into(),
+    });
+    request.set_timeout(Duration::from_millis(200));
+    let e = client.echo(request).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::DeadlineExceeded);
+
+    // The application gives up on a call: CANCELLED.
+    let call = tokio::spawn({
+        let channel = channel.clone();
+        async move { echo(&channel, "y").await }
+    });
+    let served =
+        tether_testkit::wait_until(Duration::from_secs(10), || async { slow.hits() >= 2 }).await;
+    assert!(served, "the second call never reached the backend");
+    call.abort();
+    let _ = call.await;
+
+    let got = recorder.read();
+    let with = |status: &str| {
+        labels(&[
+            ("grpc.method", METHOD),
+            ("grpc.target", target.as_str()),
+            ("grpc.status", status),
+        ])
+    };
+    let calls = &got["grpc.client.call.duration"];
+    assert_eq!(calls.points[&with("DEADLINE_EXCEEDED")].0, 1, "{calls:?}");
+    assert_eq!(calls.points[&with("CANCELLED")].0, 1, "{calls:?}");
+    let (n, seconds) = calls.points[&with("DEADLINE_EXCEEDED")];
+    assert!(n == 1 && (0.2..5.0).contains(&seconds), "{seconds}");
+    let attempts = &got["grpc.client.attempt.duration"];
+    assert_eq!(attempts.points[&with("DEADLINE_EXCEEDED")].0, 1);
+    assert_eq!(attempts.points[&with("CANCELLED")].0, 1);
+}
+
+#[tokio::test]
+async fn method_and_target_labels_stay_bounded_by_the_filters() {
+    let backend = GrpcBackend::start("a").await;
+    let recorder = Recorder::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let telemetry = Telemetry::builder(&recorder.provider)
+        .target_attribute_filter(|_| false)
+        .method_attribute_filter({
+            let seen = seen.clone();
+            move |m| {
+                seen.lock().unwrap().push(m.to_owned());
+                false
+            }
+        })
+        .build();
+    let channel = Channel::builder()
+        .telemetry(telemetry)
+        .connect(&format!("ipv4:{}", backend.addr()))
+        .unwrap();
+    for _ in 0..3 {
+        echo(&channel, "x").await.unwrap();
+    }
+    let got = recorder.read();
+    let started = &got["grpc.client.attempt.started"];
+    assert_eq!(
+        started.points[&labels(&[("grpc.method", "other"), ("grpc.target", "other")])].0,
+        3,
+        "{started:?}"
+    );
+    // Asked once per method, not once per call.
+    assert_eq!(*seen.lock().unwrap(), [METHOD]);
+}
+
+#[tokio::test]
+async fn a_globally_registered_telemetry_records_for_later_channels_only() {
+    let backend = GrpcBackend::start("a").await;
+    let before = Channel::builder()
+        .connect(&format!("ipv4:{}", backend.addr()))
+        .unwrap();
+    let recorder = Recorder::new();
+    Telemetry::builder(&recorder.provider)
+        .build()
+        .register_global();
+    let after = Channel::builder()
+        .connect(&format!("dns:///{}", backend.addr()))
+        .unwrap();
+    Telemetry::unregister_global();
+    let unregistered = Channel::builder()
+        .connect(&format!("ipv4:{}", backend.addr()))
+        .unwrap();
+    for channel in [&before, &after, &unregistered] {
+        echo(channel, "x").await.unwrap();
+    }
+    let got = recorder.read();
+    let started = &got["grpc.client.attempt.started"];
+    let targets: Vec<&str> = started
+        .points
+        .keys()
+        .flat_map(|l| l.iter().filter(|(k, _)| k == "grpc.target"))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(targets, [format!("dns:///{}", backend.addr())]);
+}
