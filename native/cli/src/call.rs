@@ -23,6 +23,7 @@ use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{AsciiMetadataKey, AsciiMetadataValue, MetadataMap};
 use tonic::Status;
 
+use super::metrics_file::MetricsFile;
 use super::xds::{emit, read_bootstrap, seconds};
 use tether::channel::{Attempts, Channel, ChannelError, PickedPeer, Target};
 use tether::credentials::{TlsConfig, TlsError};
@@ -125,6 +126,11 @@ pub struct CallArgs {
     /// after the last call, so that what a short-lived client reports can be watched.
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     linger: Option<Duration>,
+    /// Write gRPC's metrics the channel recorded (gRFC A66: attempts, attempt and call
+    /// durations, message bytes, by method, target and status) to FILE at exit, as OTLP JSON:
+    /// one ExportMetricsServiceRequest per line, as OpenTelemetry's file exporter writes them.
+    #[arg(long, value_name = "FILE")]
+    metrics: Option<PathBuf>,
     /// Log the channel's, subchannels' and XdsClient's lines to stderr: -v info, -vv debug,
     /// -vvv trace (one line per call). Default: warnings. RUST_LOG, when set, overrides.
     #[arg(short, long, action = ArgAction::Count)]
@@ -284,10 +290,22 @@ pub fn run(a: CallArgs) -> i32 {
             }
         }
     };
+    let metrics = match a.metrics.as_deref().map(MetricsFile::create) {
+        None => None,
+        Some(Ok(m)) => Some(m),
+        Some(Err(e)) => {
+            eprintln!("tether: {e}");
+            return 1;
+        }
+    };
+    let builder = match &metrics {
+        Some(m) => builder.telemetry(m.telemetry()),
+        None => builder,
+    };
     let Some(runtime) = super::runtime() else {
         return 1;
     };
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         // The channel spawns its tasks: it must be made inside the runtime.
         match builder.connect(&a.target.text) {
             Ok(channel) => calls(&a, channel).await,
@@ -301,7 +319,14 @@ pub fn run(a: CallArgs) -> i32 {
                 1
             }
         }
-    })
+    });
+    match metrics.map(MetricsFile::write) {
+        Some(Err(e)) => {
+            eprintln!("tether: {e}");
+            code.max(1)
+        }
+        _ => code,
+    }
 }
 
 async fn calls(a: &CallArgs, channel: Channel) -> i32 {

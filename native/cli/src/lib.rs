@@ -10,6 +10,7 @@
 pub mod call;
 pub mod cookie;
 pub mod csds;
+pub mod metrics_file;
 pub mod ring;
 pub mod xds;
 

@@ -870,3 +870,95 @@ async fn linger_keeps_the_channel_reporting_load_after_its_calls() {
         })
         .await;
 }
+
+/// A data point's integer as OTLP JSON writes it (a string, or a number).
+fn otlp_int(v: &Value) -> u64 {
+    match v {
+        Value::String(s) => s.parse().unwrap(),
+        other => other
+            .as_u64()
+            .unwrap_or_else(|| panic!("not an integer: {other}")),
+    }
+}
+
+/// A data point's attributes as (key, string value) pairs.
+fn otlp_attributes(point: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = point["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kv| {
+            (
+                kv["key"].as_str().unwrap().to_owned(),
+                kv["value"]["stringValue"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+async fn metrics_writes_what_the_channel_recorded_as_otlp_json() {
+    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let backend = GrpcBackend::start_failing("echo", failing.clone()).await;
+    let dir = TempDir::new("cli-metrics");
+    let file = dir.0.join("metrics.jsonl");
+    let target = static_target(&[&backend]);
+    let run = call(&[
+        &target,
+        ECHO,
+        "--count",
+        "3",
+        "--data",
+        HI,
+        "--metrics",
+        file.to_str().unwrap(),
+    ])
+    .await;
+    assert!(run.status.success(), "{:?}\n{}", run.lines, run.stderr);
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "one ExportMetricsServiceRequest: {text}");
+    let request: Value = serde_json::from_str(lines[0]).unwrap();
+    let scope = &request["resourceMetrics"][0]["scopeMetrics"][0];
+    assert_eq!(scope["scope"]["name"], "tether", "{request}");
+    let metric = |name: &str| -> &Value {
+        scope["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {request}"))
+    };
+    let started = metric("grpc.client.attempt.started");
+    assert_eq!(started["unit"], "{attempt}");
+    let point = &started["sum"]["dataPoints"][0];
+    assert_eq!(otlp_int(&point["asInt"]), 3, "{started}");
+    assert_eq!(
+        otlp_attributes(point),
+        [
+            ("grpc.method".to_owned(), ECHO[1..].to_owned()),
+            ("grpc.target".to_owned(), target.clone())
+        ]
+    );
+    let calls = metric("grpc.client.call.duration");
+    assert_eq!(calls["unit"], "s");
+    let points = calls["histogram"]["dataPoints"].as_array().unwrap();
+    assert_eq!(points.len(), 1, "{calls}");
+    assert_eq!(otlp_int(&points[0]["count"]), 3);
+    assert!(otlp_attributes(&points[0]).contains(&("grpc.status".to_owned(), "OK".to_owned())));
+
+    // A file that cannot be written fails the run before any call.
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let bad = dir.0.join("no-such-dir").join("m.jsonl");
+    let run = call(&[&target, ECHO, "--metrics", bad.to_str().unwrap()]).await;
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    assert!(run.calls().is_empty(), "{:?}", run.lines);
+    assert!(
+        run.stderr.contains("--metrics") && run.stderr.contains("no-such-dir"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(backend.hits(), 3, "no call was made");
+}
