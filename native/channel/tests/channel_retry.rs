@@ -9,6 +9,8 @@
 
 #[path = "../../control/tests/control_support/mod.rs"]
 mod control_support;
+#[path = "channel_support/telemetry.rs"]
+mod telemetry_support;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -418,8 +420,15 @@ async fn retries_beside_c_core() {
     let control = Control::start(&yaml(&[&ta, &tb], &[&ca, &cb])).await;
     let dir = TempDir::new("retry");
     let bootstrap = dir.bootstrap(&control.bootstrap_json("retry"));
+    // gRPC's metrics too (A66, and A96's retry instruments turned on).
+    let recorder = telemetry_support::Recorder::new();
+    let mut telemetry = tether::Telemetry::builder(&recorder.provider);
+    for m in tether::telemetry::OPTIONAL_METRICS {
+        telemetry = telemetry.enable_metric(m).unwrap();
+    }
     let channel = Channel::builder()
         .bootstrap(tether::xds::Bootstrap::from_file(&bootstrap).unwrap())
+        .telemetry(telemetry.build())
         .connect("xds:///t.retry.test")
         .unwrap();
     let ccore = grpcio::Client::new(&python, &bootstrap);
@@ -472,6 +481,7 @@ async fn retries_beside_c_core() {
     assert_eq!(started as usize, attempts_seen, "{counted:?}");
     assert_eq!((succeeded, failed), (4, started - 4), "{counted:?}");
     assert!(control.nacks_none(), "{}", control.stderr());
+    metrics_of_the_cases(&recorder, attempts_seen as u64);
 
     use tonic::Code;
     let prev = |n: usize| -> Vec<Option<String>> {
@@ -525,4 +535,56 @@ async fn retries_beside_c_core() {
         "{seen:?}"
     );
     let _ = (&tb, &cb, &ca);
+}
+
+/// What the channel's telemetry recorded of the cases: every attempt, each
+/// call by its final status, and (A96) the retries of the four calls that
+/// retried (2, 4, 1 and 2), with the waits between their attempts, the
+/// 400 ms pushback among them.
+fn metrics_of_the_cases(recorder: &telemetry_support::Recorder, attempts: u64) {
+    use telemetry_support::{labels, METHOD};
+    let got = recorder.read();
+    let base = [
+        ("grpc.method", METHOD),
+        ("grpc.target", "xds:///t.retry.test"),
+    ];
+    let started = &got["grpc.client.attempt.started"];
+    assert_eq!(started.points[&labels(&base)].0, attempts, "{started:?}");
+    let calls = &got["grpc.client.call.duration"];
+    let by_status: Vec<(String, u64)> = calls
+        .points
+        .iter()
+        .map(|(l, (n, _))| {
+            let status = l.iter().find(|(k, _)| k == "grpc.status").unwrap();
+            (status.1.clone(), *n)
+        })
+        .collect();
+    assert_eq!(
+        by_status,
+        [
+            ("INTERNAL".to_owned(), 1),
+            ("OK".to_owned(), 4),
+            ("UNAVAILABLE".to_owned(), 5)
+        ],
+        "{calls:?}"
+    );
+    let attempt_count: u64 = got["grpc.client.attempt.duration"]
+        .points
+        .values()
+        .map(|(n, _)| n)
+        .sum();
+    assert_eq!(attempt_count, attempts);
+    let retries = &got["grpc.client.call.retries"];
+    assert_eq!(retries.unit, "{retry}");
+    assert_eq!(retries.bounds, tether::telemetry::RETRY_BUCKETS);
+    assert_eq!(retries.points[&labels(&base)], (4, 9.0), "{retries:?}");
+    let delay = &got["grpc.client.call.retry_delay"];
+    let (n, seconds) = delay.points[&labels(&base)];
+    assert!(n == 4 && seconds >= 0.4, "{delay:?}");
+    // No attempt went unseen: no transparent retry to record.
+    assert!(
+        !got.contains_key("grpc.client.call.transparent_retries"),
+        "{:?}",
+        got.get("grpc.client.call.transparent_retries")
+    );
 }

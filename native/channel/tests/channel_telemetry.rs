@@ -3,106 +3,19 @@
 //! names, units, label keys and buckets, and the counts of real calls to
 //! real tonic backends (OK, UNAVAILABLE, a deadline).
 
-use std::collections::BTreeMap;
+#[path = "channel_support/telemetry.rs"]
+mod telemetry_support;
+
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
-use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use prost::Message as _;
+use telemetry_support::{labels, Recorder, METHOD};
 use tether::channel::{EndpointPolicy, StaticConfig, StaticEndpoint};
 use tether::telemetry::{LATENCY_BUCKETS, SIZE_BUCKETS};
 use tether::{Channel, Telemetry};
 use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};
-
-/// A meter provider whose exports land in memory.
-struct Recorder {
-    provider: SdkMeterProvider,
-    exporter: InMemoryMetricExporter,
-}
-
-/// One instrument's points: label set → (count or sum, histogram sum).
-#[derive(Debug, Default)]
-struct Instrument {
-    unit: String,
-    points: BTreeMap<Vec<(String, String)>, (u64, f64)>,
-    bounds: Vec<f64>,
-}
-
-impl Recorder {
-    fn new() -> Recorder {
-        let exporter = InMemoryMetricExporter::default();
-        let provider = SdkMeterProvider::builder()
-            .with_reader(PeriodicReader::builder(exporter.clone()).build())
-            .build();
-        Recorder { provider, exporter }
-    }
-
-    /// What was recorded so far, by instrument name (cumulative).
-    fn read(&self) -> BTreeMap<String, Instrument> {
-        self.exporter.reset();
-        self.provider.force_flush().expect("flush");
-        let exported = self.exporter.get_finished_metrics().expect("metrics");
-        let mut out = BTreeMap::new();
-        for rm in exported.iter().rev().take(1) {
-            for scope in rm.scope_metrics() {
-                assert_eq!(scope.scope().name(), "tether");
-                for m in scope.metrics() {
-                    let mut i = Instrument {
-                        unit: m.unit().to_owned(),
-                        ..Default::default()
-                    };
-                    let labels = |attrs: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
-                        let mut l: Vec<(String, String)> = attrs
-                            .map(|kv| (kv.key.to_string(), kv.value.to_string()))
-                            .collect();
-                        l.sort();
-                        l
-                    };
-                    match m.data() {
-                        AggregatedMetrics::U64(MetricData::Sum(s)) => {
-                            for p in s.data_points() {
-                                i.points
-                                    .insert(labels(&mut p.attributes()), (p.value(), 0.0));
-                            }
-                        }
-                        AggregatedMetrics::F64(MetricData::Histogram(h)) => {
-                            for p in h.data_points() {
-                                i.bounds = p.bounds().collect();
-                                i.points
-                                    .insert(labels(&mut p.attributes()), (p.count(), p.sum()));
-                            }
-                        }
-                        AggregatedMetrics::U64(MetricData::Histogram(h)) => {
-                            for p in h.data_points() {
-                                i.bounds = p.bounds().collect();
-                                i.points.insert(
-                                    labels(&mut p.attributes()),
-                                    (p.count(), p.sum() as f64),
-                                );
-                            }
-                        }
-                        other => panic!("{}: unexpected data {other:?}", m.name()),
-                    }
-                    out.insert(m.name().to_owned(), i);
-                }
-            }
-        }
-        out
-    }
-}
-
-fn labels(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut l: Vec<(String, String)> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    l.sort();
-    l
-}
-
-const METHOD: &str = "tether.demo.v1.Echo/Echo";
 
 async fn echo(channel: &Channel, message: &str) -> Result<usize, tonic::Status> {
     let mut client = EchoClient::new(channel.clone());

@@ -31,7 +31,7 @@ use super::Inner;
 use crate::filter::Call;
 use crate::lb::{PickArgs, Subchannel};
 use crate::subchannel::SendError;
-use crate::telemetry::{end_attempt, AttemptMetrics, CallMetrics};
+use crate::telemetry::{end_attempt, AttemptKind, AttemptMetrics, CallMetrics};
 
 /// How many times a call the server never saw (given back unsent, or
 /// refused by a GOAWAY or REFUSED_STREAM) is picked again.
@@ -83,11 +83,18 @@ pub(super) async fn run(
         if let Some(seen) = stale.take() {
             Box::pin(next_snapshot(&inner.shared, &seen, deadline)).await?;
         }
-        if std::mem::take(&mut retries.new_attempt) {
+        let kind = if std::mem::take(&mut retries.new_attempt) {
             retries.start(&mut parts.headers);
-        }
+            if *retries.made == 1 {
+                AttemptKind::Original
+            } else {
+                AttemptKind::Retry
+            }
+        } else {
+            AttemptKind::Transparent
+        };
         // A66: each attempt, transparent retries too, from before its pick.
-        let mut attempt = metrics.map(CallMetrics::attempt);
+        let mut attempt = metrics.map(|m| m.attempt(kind));
         let picked = {
             let args = PickArgs {
                 path,

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -81,9 +81,15 @@ impl ChannelMetrics {
     /// A call to `path` starts now.
     pub(crate) fn call(self: &Arc<Self>, path: &str) -> CallMetrics {
         CallMetrics {
-            labels: Arc::new([self.method(path), self.target.clone()]),
-            instruments: self.instruments.clone(),
-            start: Instant::now(),
+            shared: Arc::new(CallShared {
+                labels: [self.method(path), self.target.clone()],
+                instruments: self.instruments.clone(),
+                start: Instant::now(),
+                retries: AtomicU32::new(0),
+                transparent_retries: AtomicU32::new(0),
+                delay_ns: AtomicU64::new(0),
+                last_end_ns: AtomicU64::new(NO_ATTEMPT_ENDED),
+            }),
             done: false,
         }
     }
@@ -130,25 +136,75 @@ pub(crate) fn status_of(headers: &http::HeaderMap) -> Code {
         .map_or(Code::Unknown, |v| Code::from_bytes(v.as_bytes()))
 }
 
+/// `CallShared::last_end_ns` before any attempt ended.
+const NO_ATTEMPT_ENDED: u64 = u64::MAX;
+
+/// What a call and its attempts share: the labels, and the retries (A96)
+/// its attempts count.
+#[derive(Debug)]
+struct CallShared {
+    /// `grpc.method`, `grpc.target`.
+    labels: [KeyValue; 2],
+    instruments: Arc<Instruments>,
+    start: Instant,
+    /// Attempts after the first that a retry policy made.
+    retries: AtomicU32,
+    transparent_retries: AtomicU32,
+    /// Time with no attempt in flight between the first and the last.
+    delay_ns: AtomicU64,
+    /// When the last attempt ended (since `start`).
+    last_end_ns: AtomicU64,
+}
+
+impl CallShared {
+    fn since_start_ns(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+}
+
+/// What started an attempt (A96).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AttemptKind {
+    /// The call's first attempt.
+    Original,
+    /// The route's retry policy made it.
+    Retry,
+    /// The last attempt was never seen by the server (gRPC's transparent
+    /// retry).
+    Transparent,
+}
+
 /// One call's measure.
 #[derive(Debug)]
 pub(crate) struct CallMetrics {
-    /// `grpc.method`, `grpc.target`.
-    labels: Arc<[KeyValue; 2]>,
-    instruments: Arc<Instruments>,
-    start: Instant,
+    shared: Arc<CallShared>,
     done: bool,
 }
 
 impl CallMetrics {
     /// An attempt of the call starts now (before its pick).
-    pub(crate) fn attempt(&self) -> AttemptMetrics {
-        self.instruments
+    pub(crate) fn attempt(&self, kind: AttemptKind) -> AttemptMetrics {
+        let shared = &self.shared;
+        shared
+            .instruments
             .attempt_started
-            .add(1, self.labels.as_slice());
+            .add(1, shared.labels.as_slice());
+        match kind {
+            AttemptKind::Original => {}
+            AttemptKind::Retry => {
+                shared.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            AttemptKind::Transparent => {
+                shared.transparent_retries.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let ended = shared.last_end_ns.load(Ordering::Relaxed);
+        if ended != NO_ATTEMPT_ENDED {
+            let gap = shared.since_start_ns().saturating_sub(ended);
+            shared.delay_ns.fetch_add(gap, Ordering::Relaxed);
+        }
         AttemptMetrics {
-            labels: self.labels.clone(),
-            instruments: self.instruments.clone(),
+            shared: shared.clone(),
             start: Instant::now(),
             sent: None,
             rcvd: MessageBytes::default(),
@@ -165,10 +221,30 @@ impl CallMetrics {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        let labels = with_status(&self.labels, code);
-        self.instruments
-            .call_duration
-            .record(self.start.elapsed().as_secs_f64(), &labels);
+        let shared = &self.shared;
+        let labels = with_status(&shared.labels, code);
+        let i = &shared.instruments;
+        i.call_duration
+            .record(shared.start.elapsed().as_secs_f64(), &labels);
+        // A96: counts only for calls that retried, 0 is not recorded.
+        let retries = shared.retries.load(Ordering::Relaxed);
+        let transparent = shared.transparent_retries.load(Ordering::Relaxed);
+        if let Some(h) = i.call_retries.as_ref().filter(|_| retries > 0) {
+            h.record(u64::from(retries), &shared.labels);
+        }
+        if let Some(h) = i
+            .call_transparent_retries
+            .as_ref()
+            .filter(|_| transparent > 0)
+        {
+            h.record(u64::from(transparent), &shared.labels);
+        }
+        if let Some(h) = i.call_retry_delay.as_ref() {
+            if retries + transparent > 0 {
+                let delay = shared.delay_ns.load(Ordering::Relaxed) as f64 / 1e9;
+                h.record(delay, &shared.labels);
+            }
+        }
     }
 }
 
@@ -181,8 +257,7 @@ impl Drop for CallMetrics {
 /// One attempt's measure.
 #[derive(Debug)]
 pub(crate) struct AttemptMetrics {
-    labels: Arc<[KeyValue; 2]>,
-    instruments: Arc<Instruments>,
+    shared: Arc<CallShared>,
     start: Instant,
     /// Message bytes its request body sent, counted as hyper reads it.
     sent: Option<Arc<AtomicU64>>,
@@ -217,8 +292,12 @@ impl AttemptMetrics {
         if std::mem::replace(&mut self.done, true) {
             return;
         }
-        let labels = with_status(&self.labels, code);
-        let i = &self.instruments;
+        let shared = &self.shared;
+        shared
+            .last_end_ns
+            .store(shared.since_start_ns(), Ordering::Relaxed);
+        let labels = with_status(&shared.labels, code);
+        let i = &shared.instruments;
         i.attempt_duration
             .record(self.start.elapsed().as_secs_f64(), &labels);
         let sent = self.sent.as_ref().map_or(0, |s| s.load(Ordering::Relaxed));

@@ -10,6 +10,15 @@
 //! | `grpc.client.attempt.sent_total_compressed_message_size` | histogram (size) | `By` | `grpc.method`, `grpc.target`, `grpc.status` |
 //! | `grpc.client.attempt.rcvd_total_compressed_message_size` | histogram (size) | `By` | `grpc.method`, `grpc.target`, `grpc.status` |
 //! | `grpc.client.call.duration` | histogram (latency) | `s` | `grpc.method`, `grpc.target`, `grpc.status` |
+//! | `grpc.client.call.retries` (A96, off by default) | histogram (1..5) | `{retry}` | `grpc.method`, `grpc.target` |
+//! | `grpc.client.call.transparent_retries` (A96, off by default) | histogram (1..10) | `{transparent_retry}` | `grpc.method`, `grpc.target` |
+//! | `grpc.client.call.retry_delay` (A96, off by default) | histogram (latency) | `s` | `grpc.method`, `grpc.target` |
+//!
+//! A96's instruments are experimental in gRPC, so off until named in
+//! [`TelemetryBuilder::enable_metric`] (gRFC A79). They are recorded when a
+//! call ends, for calls that retried only (0 is not recorded); the delay is
+//! the time between its attempts. tether makes no hedged attempts, so it
+//! has no `grpc.client.call.hedges`.
 //!
 //! Wiring as in gRPC: the user builds a [`Telemetry`] from a
 //! `MeterProvider` of the `opentelemetry` crate (the exporter is theirs:
@@ -35,11 +44,11 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
-use opentelemetry::metrics::{Counter, Histogram, MeterProvider};
+use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
 use opentelemetry::{InstrumentationScope, KeyValue};
 
 pub(crate) use call::{
-    end_attempt, status_of, AttemptMetrics, BodyMetrics, CallMetrics, ChannelMetrics,
+    end_attempt, status_of, AttemptKind, AttemptMetrics, BodyMetrics, CallMetrics, ChannelMetrics,
 };
 pub(crate) use messages::MessageBytes;
 
@@ -75,6 +84,20 @@ pub const SIZE_BUCKETS: [f64; 14] = [
     4294967296.0,
 ];
 
+/// A96's buckets of `grpc.client.call.retries`.
+pub const RETRY_BUCKETS: [f64; 5] = [1.0, 2.0, 3.0, 4.0, 5.0];
+
+/// A96's buckets of `grpc.client.call.transparent_retries`.
+pub const TRANSPARENT_RETRY_BUCKETS: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0];
+
+/// The instruments gRPC defines as experimental, off unless enabled by
+/// name ([`TelemetryBuilder::enable_metric`], as gRFC A79 says).
+pub const OPTIONAL_METRICS: [&str; 3] = [
+    "grpc.client.call.retries",
+    "grpc.client.call.transparent_retries",
+    "grpc.client.call.retry_delay",
+];
+
 /// A filter on a label's value: `true` records it, `false` records `other`.
 type AttributeFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
@@ -86,14 +109,15 @@ pub(crate) struct Instruments {
     pub(crate) attempt_sent: Histogram<u64>,
     pub(crate) attempt_rcvd: Histogram<u64>,
     pub(crate) call_duration: Histogram<f64>,
+    /// A96, when enabled.
+    pub(crate) call_retries: Option<Histogram<u64>>,
+    pub(crate) call_transparent_retries: Option<Histogram<u64>>,
+    pub(crate) call_retry_delay: Option<Histogram<f64>>,
 }
 
 impl Instruments {
-    fn new(provider: &dyn MeterProvider) -> Self {
-        let scope = InstrumentationScope::builder(METER_NAME)
-            .with_version(env!("CARGO_PKG_VERSION"))
-            .build();
-        let meter = provider.meter_with_scope(scope);
+    fn new(meter: &Meter, enabled: &[&'static str]) -> Self {
+        let on = |name: &str| enabled.contains(&name);
         Instruments {
             attempt_started: meter
                 .u64_counter("grpc.client.attempt.started")
@@ -137,6 +161,33 @@ impl Instruments {
                 )
                 .with_boundaries(LATENCY_BUCKETS.to_vec())
                 .build(),
+            call_retries: on(OPTIONAL_METRICS[0]).then(|| {
+                meter
+                    .u64_histogram(OPTIONAL_METRICS[0])
+                    .with_unit("{retry}")
+                    .with_description("Number of retries during the client call.")
+                    .with_boundaries(RETRY_BUCKETS.to_vec())
+                    .build()
+            }),
+            call_transparent_retries: on(OPTIONAL_METRICS[1]).then(|| {
+                meter
+                    .u64_histogram(OPTIONAL_METRICS[1])
+                    .with_unit("{transparent_retry}")
+                    .with_description("Number of transparent retries during the client call.")
+                    .with_boundaries(TRANSPARENT_RETRY_BUCKETS.to_vec())
+                    .build()
+            }),
+            call_retry_delay: on(OPTIONAL_METRICS[2]).then(|| {
+                meter
+                    .f64_histogram(OPTIONAL_METRICS[2])
+                    .with_unit("s")
+                    .with_description(
+                        "Total time of delay while there is no active attempt during the client \
+                         call.",
+                    )
+                    .with_boundaries(LATENCY_BUCKETS.to_vec())
+                    .build()
+            }),
         }
     }
 }
@@ -168,8 +219,12 @@ fn global() -> &'static ArcSwapOption<Telemetry> {
 impl Telemetry {
     /// Metrics recorded through `provider`'s meter [`METER_NAME`].
     pub fn builder(provider: &dyn MeterProvider) -> TelemetryBuilder {
+        let scope = InstrumentationScope::builder(METER_NAME)
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build();
         TelemetryBuilder {
-            instruments: Arc::new(Instruments::new(provider)),
+            meter: provider.meter_with_scope(scope),
+            enabled: Vec::new(),
             target_filter: None,
             method_filter: None,
         }
@@ -211,7 +266,9 @@ impl Telemetry {
 /// Options of a [`Telemetry`], then [`TelemetryBuilder::build`].
 #[must_use]
 pub struct TelemetryBuilder {
-    instruments: Arc<Instruments>,
+    meter: Meter,
+    /// The optional instruments turned on.
+    enabled: Vec<&'static str>,
     target_filter: Option<AttributeFilter>,
     method_filter: Option<AttributeFilter>,
 }
@@ -244,15 +301,54 @@ impl TelemetryBuilder {
         self
     }
 
+    /// Turns on one of gRPC's experimental instruments, off by default
+    /// (gRFC A79): one of [`OPTIONAL_METRICS`], A96's retry instruments.
+    pub fn enable_metric(mut self, name: &str) -> Result<Self, TelemetryError> {
+        let Some(known) = OPTIONAL_METRICS.iter().find(|m| **m == name) else {
+            return Err(TelemetryError::UnknownMetric {
+                name: name.to_owned(),
+            });
+        };
+        if !self.enabled.contains(known) {
+            self.enabled.push(known);
+        }
+        Ok(self)
+    }
+
     /// The telemetry.
     pub fn build(self) -> Telemetry {
         Telemetry {
-            instruments: self.instruments,
+            instruments: Arc::new(Instruments::new(&self.meter, &self.enabled)),
             target_filter: self.target_filter,
             method_filter: self.method_filter,
         }
     }
 }
+
+/// A [`TelemetryBuilder`] option that cannot be taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TelemetryError {
+    /// `enable_metric` named no optional instrument tether has.
+    UnknownMetric {
+        /// The name given.
+        name: String,
+    },
+}
+
+impl fmt::Display for TelemetryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TelemetryError::UnknownMetric { name } => write!(
+                f,
+                "enable_metric: {name:?} is not an optional instrument (known: {})",
+                OPTIONAL_METRICS.join(", ")
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TelemetryError {}
 
 /// A target as gRPC records it: with its scheme, `dns:///` added where it
 /// has none gRPC knows (`localhost:50051` is `dns:///localhost:50051`).
@@ -283,8 +379,26 @@ mod tests {
     }
 
     #[test]
+    fn only_known_optional_instruments_can_be_enabled() {
+        let provider = opentelemetry::metrics::noop::NoopMeterProvider::new();
+        let builder = Telemetry::builder(&provider)
+            .enable_metric("grpc.client.call.retries")
+            .unwrap();
+        let e = builder
+            .enable_metric("grpc.client.call.hedges")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "enable_metric: \"grpc.client.call.hedges\" is not an optional instrument (known: \
+             grpc.client.call.retries, grpc.client.call.transparent_retries, \
+             grpc.client.call.retry_delay)"
+        );
+    }
+
+    #[test]
     fn buckets_rise() {
         assert!(LATENCY_BUCKETS.windows(2).all(|w| w[0] < w[1]));
         assert!(SIZE_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+        assert!(TRANSPARENT_RETRY_BUCKETS.windows(2).all(|w| w[0] < w[1]));
     }
 }
