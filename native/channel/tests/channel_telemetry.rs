@@ -206,3 +206,91 @@ async fn a_globally_registered_telemetry_records_for_later_channels_only() {
         .collect();
     assert_eq!(targets, [format!("dns:///{}", backend.addr())]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_calls_and_cookies_are_counted_by_what_became_of_the_session() {
+    let a = GrpcBackend::start("a").await;
+    let b = GrpcBackend::start("b").await;
+    let recorder = Recorder::new();
+    let cookie = tether_core::http::set_cookie::CookieSpec::new(
+        "grpc-session",
+        "/",
+        Duration::from_secs(600),
+        Vec::new(),
+    )
+    .unwrap();
+    let channel = Channel::builder()
+        .telemetry(Telemetry::builder(&recorder.provider).build())
+        .default_service_config(r#"{"loadBalancingConfig": [{"round_robin": {}}]}"#)
+        .session_cookie(cookie)
+        .connect(&format!("ipv4:{},{}", a.addr(), b.addr()))
+        .unwrap();
+    let target = channel.target().to_owned();
+    let jar = tether::CookieJar::new();
+    let mut client = EchoClient::new(channel.with_cookie_jar(jar.clone()));
+    let call = |client: &mut EchoClient<Channel>| {
+        let mut client = client.clone();
+        async move {
+            client
+                .echo(EchoRequest {
+                    message: "s".into(),
+                })
+                .await
+                .map(|r| r.into_inner().backend)
+        }
+    };
+    // A new session, then three calls it pins.
+    let first = call(&mut client).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(call(&mut client).await.unwrap(), first);
+    }
+    // Its backend stops: the session moves once, with a fresh cookie.
+    let (pinned, other) = if first == "a" { (a, b) } else { (b, a) };
+    pinned.stop().await;
+    let mut failed = 0;
+    let moved = loop {
+        match call(&mut client).await {
+            Ok(backend) => break backend,
+            Err(_) if failed < 50 => failed += 1,
+            Err(e) => panic!("the session never moved: {e}"),
+        }
+    };
+    assert_eq!(moved, other.name());
+    // A cookie that names no session: refused, and a new one is written.
+    let mut garbage = tonic::Request::new(EchoRequest {
+        message: "g".into(),
+    });
+    garbage
+        .metadata_mut()
+        .insert("cookie", "grpc-session=not-a-session".parse().unwrap());
+    EchoClient::new(channel.clone())
+        .echo(garbage)
+        .await
+        .unwrap();
+
+    let got = recorder.read();
+    let of = |name: &str, key: &str| -> Vec<(String, u64)> {
+        got[name]
+            .points
+            .iter()
+            .map(|(labels, (n, _))| {
+                assert!(labels.contains(&("grpc.target".to_owned(), target.clone())));
+                let v = labels.iter().find(|(k, _)| k == key).unwrap();
+                (v.1.clone(), *n)
+            })
+            .collect()
+    };
+    let n = |pairs: &[(&str, u64)]| -> Vec<(String, u64)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    };
+    assert_eq!(
+        of("tether.client.session.calls", "tether.session.call"),
+        n(&[("moved", 1), ("new", 1), ("pinned", 3), ("refused", 1)])
+    );
+    assert_eq!(
+        of("tether.client.session.cookies", "tether.session.cookie"),
+        n(&[("moved", 1), ("new", 2)])
+    );
+    assert_eq!(got["tether.client.session.calls"].unit, "{call}");
+    assert!(!got.contains_key("tether.client.session.envoy_misreads"));
+}

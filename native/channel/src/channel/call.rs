@@ -231,6 +231,9 @@ fn run<'a>(
             cluster: &call.attributes.cluster,
         };
         on_response(&config, &call, &answered, &mut parts);
+        if let (Some(m), Some(session)) = (&inner.metrics, &config.session) {
+            m.session(session.outcome(&answered));
+        }
         if let Some(code) = parts.headers.get(&GRPC_STATUS) {
             // Trailers-only: the call is over.
             committed

@@ -84,6 +84,80 @@ impl SessionCall {
     pub(crate) fn lookup(&self) -> &Lookup {
         &self.decoded.lookup
     }
+
+    /// What became of the session once `answered` served the call (for
+    /// the session metrics): the same decision as the `Set-Cookie`'s.
+    pub(crate) fn outcome(&self, answered: &Answered<'_>) -> SessionOutcome {
+        let others = answered
+            .endpoint
+            .map_or(&[][..], |e| e.get(1..).unwrap_or(&[]));
+        let served = Served {
+            address: Some(answered.address),
+            other_addresses: others,
+            cluster: Some(answered.cluster),
+            connect_failed: false,
+        };
+        let call = match self.lookup() {
+            Lookup::Pinned(pin) if pin.cookie.addresses.primary() == answered.address => {
+                SessionCallKind::Pinned
+            }
+            Lookup::Pinned(_) => SessionCallKind::Moved,
+            Lookup::Miss(tether_core::session::Miss::Absent) | Lookup::Bypass => {
+                SessionCallKind::New
+            }
+            Lookup::Miss(_) => SessionCallKind::Refused,
+        };
+        let cookie = self
+            .session
+            .wants_cookie(self.lookup(), &served)
+            .then_some(match call {
+                SessionCallKind::Pinned => CookieWritten::Reissued,
+                SessionCallKind::Moved => CookieWritten::Moved,
+                SessionCallKind::New | SessionCallKind::Refused => CookieWritten::New,
+            });
+        let envoy_misreads = matches!(self.lookup(), Lookup::Pinned(pin) if pin.envoy_misreads);
+        SessionOutcome {
+            call,
+            cookie,
+            envoy_misreads,
+        }
+    }
+}
+
+/// A session call as the session metrics count it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SessionCallKind {
+    /// Its cookie pinned it and the pinned endpoint answered.
+    Pinned,
+    /// Its cookie pinned it and another endpoint answered (the session
+    /// moved).
+    Moved,
+    /// It had no cookie: a new session.
+    New,
+    /// Its cookie was refused (invalid, expired, not verified): load
+    /// balanced as a new session.
+    Refused,
+}
+
+/// Why a call's response set a session cookie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CookieWritten {
+    /// For a new session (or one whose cookie was refused).
+    New,
+    /// The session moved to the endpoint that answered.
+    Moved,
+    /// The session stayed and its cookie was re-issued (the cluster added,
+    /// a format or key upgrade, a value stock Envoy misreads respelled).
+    Reissued,
+}
+
+/// What the session metrics count of one session call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SessionOutcome {
+    pub(crate) call: SessionCallKind,
+    pub(crate) cookie: Option<CookieWritten>,
+    /// Its cookie is in a form stock Envoy's cookie session state misreads.
+    pub(crate) envoy_misreads: bool,
 }
 
 /// The session configurations of one route, resolved once per update.

@@ -18,6 +18,7 @@ use tonic::body::Body;
 use tonic::Code;
 
 use super::{AttributeFilter, Instruments, MessageBytes, MAX_METHODS};
+use crate::session::filter::{CookieWritten, SessionCallKind, SessionOutcome};
 
 /// A channel's instruments and labels; each method's label made once.
 pub(crate) struct ChannelMetrics {
@@ -76,6 +77,42 @@ impl ChannelMetrics {
             methods
         });
         added.unwrap_or_else(|| KeyValue::new("grpc.method", "other"))
+    }
+
+    /// A session call ended as `outcome` says.
+    pub(crate) fn session(&self, outcome: SessionOutcome) {
+        let i = &self.instruments;
+        let call = match outcome.call {
+            SessionCallKind::Pinned => "pinned",
+            SessionCallKind::Moved => "moved",
+            SessionCallKind::New => "new",
+            SessionCallKind::Refused => "refused",
+        };
+        i.session_calls.add(
+            1,
+            &[
+                self.target.clone(),
+                KeyValue::new("tether.session.call", call),
+            ],
+        );
+        if let Some(why) = outcome.cookie {
+            let why = match why {
+                CookieWritten::New => "new",
+                CookieWritten::Moved => "moved",
+                CookieWritten::Reissued => "reissued",
+            };
+            i.session_cookies.add(
+                1,
+                &[
+                    self.target.clone(),
+                    KeyValue::new("tether.session.cookie", why),
+                ],
+            );
+        }
+        if outcome.envoy_misreads {
+            i.session_envoy_misreads
+                .add(1, std::slice::from_ref(&self.target));
+        }
     }
 
     /// A call to `path` starts now.

@@ -14,6 +14,17 @@
 //! | `grpc.client.call.transparent_retries` (A96, off by default) | histogram (1..10) | `{transparent_retry}` | `grpc.method`, `grpc.target` |
 //! | `grpc.client.call.retry_delay` (A96, off by default) | histogram (latency) | `s` | `grpc.method`, `grpc.target` |
 //!
+//! | `tether.client.session.calls` | counter | `{call}` | `grpc.target`, `tether.session.call` |
+//! | `tether.client.session.cookies` | counter | `{cookie}` | `grpc.target`, `tether.session.cookie` |
+//! | `tether.client.session.envoy_misreads` | counter | `{call}` | `grpc.target` |
+//!
+//! The `tether.` instruments are tether's own (no gRPC implementation
+//! has sessions to count): each call through a stateful session, by what
+//! became of it (`pinned`: the cookie's endpoint answered; `moved`: another
+//! did; `new`: no cookie; `refused`: a cookie that was invalid, expired or
+//! not verified); each cookie a response set, by why (`new`, `moved`,
+//! `reissued`); and each call pinned by a cookie stock Envoy would misread.
+//!
 //! A96's instruments are experimental in gRPC, so off until named in
 //! [`TelemetryBuilder::enable_metric`] (gRFC A79). They are recorded when a
 //! call ends, for calls that retried only (0 is not recorded); the delay is
@@ -113,6 +124,10 @@ pub(crate) struct Instruments {
     pub(crate) call_retries: Option<Histogram<u64>>,
     pub(crate) call_transparent_retries: Option<Histogram<u64>>,
     pub(crate) call_retry_delay: Option<Histogram<f64>>,
+    /// tether's own: session calls and cookies.
+    pub(crate) session_calls: Counter<u64>,
+    pub(crate) session_cookies: Counter<u64>,
+    pub(crate) session_envoy_misreads: Counter<u64>,
 }
 
 impl Instruments {
@@ -160,6 +175,30 @@ impl Instruments {
                      perspective.",
                 )
                 .with_boundaries(LATENCY_BUCKETS.to_vec())
+                .build(),
+            session_calls: meter
+                .u64_counter("tether.client.session.calls")
+                .with_unit("{call}")
+                .with_description(
+                    "Calls through a stateful session, by what became of the session \
+                     (tether.session.call: pinned, moved, new, refused).",
+                )
+                .build(),
+            session_cookies: meter
+                .u64_counter("tether.client.session.cookies")
+                .with_unit("{cookie}")
+                .with_description(
+                    "Session cookies responses set, by why (tether.session.cookie: new, moved, \
+                     reissued).",
+                )
+                .build(),
+            session_envoy_misreads: meter
+                .u64_counter("tether.client.session.envoy_misreads")
+                .with_unit("{call}")
+                .with_description(
+                    "Calls pinned by a cookie in a form stock Envoy's cookie session state \
+                     misreads (the response re-issues it).",
+                )
                 .build(),
             call_retries: on(OPTIONAL_METRICS[0]).then(|| {
                 meter
