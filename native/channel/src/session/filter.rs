@@ -88,15 +88,7 @@ impl SessionCall {
     /// What became of the session once `answered` served the call (for
     /// the session metrics): the same decision as the `Set-Cookie`'s.
     pub(crate) fn outcome(&self, answered: &Answered<'_>) -> SessionOutcome {
-        let others = answered
-            .endpoint
-            .map_or(&[][..], |e| e.get(1..).unwrap_or(&[]));
-        let served = Served {
-            address: Some(answered.address),
-            other_addresses: others,
-            cluster: Some(answered.cluster),
-            connect_failed: false,
-        };
+        let served = served(answered);
         let call = match self.lookup() {
             Lookup::Pinned(pin) if pin.cookie.addresses.primary() == answered.address => {
                 SessionCallKind::Pinned
@@ -343,16 +335,20 @@ fn session_id(jar: Option<u64>, extensions: &http::Extensions, call: &SessionCal
     Some(std::hash::Hasher::finish(&h) | 1 << 63)
 }
 
-fn set_cookie(s: &SessionCall, headers: &mut HeaderMap, answered: &Answered<'_>) {
-    let others = answered
-        .endpoint
-        .map_or(&[][..], |e| e.get(1..).unwrap_or(&[]));
-    let served = Served {
+/// The exchange as the session's decisions read it.
+fn served<'a>(answered: &Answered<'a>) -> Served<'a> {
+    Served {
         address: Some(answered.address),
-        other_addresses: others,
+        other_addresses: answered
+            .endpoint
+            .map_or(&[][..], |e| e.get(1..).unwrap_or(&[])),
         cluster: Some(answered.cluster),
         connect_failed: false,
-    };
+    }
+}
+
+fn set_cookie(s: &SessionCall, headers: &mut HeaderMap, answered: &Answered<'_>) {
+    let served = served(answered);
     // Most answers keep the session where it is: decide before reading
     // the clock, which only a new cookie needs.
     if !s.session.wants_cookie(s.lookup(), &served) {
