@@ -24,6 +24,7 @@ pub mod graceful_socket;
 pub mod grpc;
 pub mod grpcio;
 pub mod partition;
+pub mod prometheus;
 pub mod tls;
 
 use std::net::{SocketAddr, TcpListener};
@@ -216,37 +217,51 @@ fn stale_pid(name: &str) -> Option<u32> {
 /// into a target directory of its own, since the running `cargo test`
 /// holds the lock of the shared one.
 pub fn workspace_bin(package: &str, bin: &str) -> std::path::PathBuf {
+    workspace_target(package, "bin", bin)
+}
+
+/// As [`workspace_bin`], for example `example` of workspace package
+/// `package` (`cargo test` builds examples into `<profile>/examples`).
+pub fn workspace_example(package: &str, example: &str) -> std::path::PathBuf {
+    workspace_target(package, "example", example)
+}
+
+/// A binary (`kind` `bin`) or an example of a workspace package, built
+/// apart when the running `cargo test` did not build it.
+fn workspace_target(package: &str, kind: &str, name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().expect("the test executable's path");
     // target/<profile>/deps/<test> -> target/<profile>
     let profile_dir = exe
         .parent()
         .and_then(|deps| deps.parent())
         .expect("the test executable is in <target>/<profile>/deps");
-    let beside = profile_dir.join(bin);
+    let within = |dir: &std::path::Path| match kind {
+        "example" => dir.join("examples").join(name),
+        _ => dir.join(name),
+    };
+    let beside = within(profile_dir);
     if beside.is_file() {
         return beside;
     }
     let own_target = profile_dir.join("workspace-bins");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let what = format!("cargo build -p {package} --{kind} {name}");
     let status = std::process::Command::new(cargo)
         .args([
             "build",
             "--quiet",
             "-p",
             package,
-            "--bin",
-            bin,
-            "--target-dir",
+            &format!("--{kind}"),
+            name,
         ])
+        .arg("--target-dir")
         .arg(&own_target)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
-        .unwrap_or_else(|e| panic!("cargo build -p {package} --bin {bin}: {e}"));
-    assert!(
-        status.success(),
-        "cargo build -p {package} --bin {bin}: {status}"
-    );
-    own_target.join("debug").join(bin)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(status.success(), "{what}: {status}");
+    within(&own_target.join("debug"))
 }
 
 /// Logs the test's `log` lines by `RUST_LOG` (nothing when unset), through

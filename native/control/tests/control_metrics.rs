@@ -8,21 +8,19 @@
 mod control_support;
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use control_support::{Control, TempDir};
 use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryRequest;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
+use tether_testkit::client;
 use tether_testkit::dns::DnsServer;
-use tether_testkit::{client, free_port};
+use tether_testkit::prometheus::Prometheus;
 use tether_xds::bootstrap::Bootstrap;
 use tether_xds::resource::ResourceKind;
 use tether_xds::XdsClient;
-use tokio::process::{Child, Command};
-use tokio::time::Instant;
+use tokio::process::Command;
 
 const NAME: &str = "api.metrics.test";
 const CDS: &str = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
@@ -41,106 +39,6 @@ services:
       - address: {NAME}:9000
 {extra}"#
     )
-}
-
-/// A Prometheus scraping `target` every second, on a free port.
-struct Prometheus {
-    child: Child,
-    addr: SocketAddr,
-    _dir: TempDir,
-}
-
-impl Prometheus {
-    fn binary() -> PathBuf {
-        let path = std::env::var_os("PROMETHEUS")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/usr/bin/prometheus"));
-        assert!(
-            path.exists(),
-            "{} not found: install Debian's prometheus (scripts/setup.sh does) or set PROMETHEUS",
-            path.display()
-        );
-        path
-    }
-
-    async fn start(target: SocketAddr) -> Prometheus {
-        let dir = TempDir::new("prometheus");
-        let config = dir.0.join("prometheus.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: tether-control\n    static_configs:\n      - targets: [\"{target}\"]\n"
-            ),
-        )
-        .unwrap();
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = Command::new(Prometheus::binary())
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                dir.0.join("data").display()
-            ))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("spawn prometheus");
-        Prometheus {
-            child,
-            addr,
-            _dir: dir,
-        }
-    }
-
-    /// The value of the one series `query` returns, when it returns one.
-    async fn value(&self, query: &str) -> Option<f64> {
-        let path = format!("/api/v1/query?query={}", encode(query));
-        let response = client::get(self.addr, &path, &[]).await.ok()?;
-        if response.status != 200 {
-            return None;
-        }
-        let json = response.json();
-        let result = json["data"]["result"].as_array()?;
-        match result.as_slice() {
-            [one] => one["value"][1].as_str()?.parse().ok(),
-            _ => None,
-        }
-    }
-
-    /// Waits until `query` gives `want` (Prometheus has scraped it).
-    async fn until(&self, query: &str, want: f64) {
-        let deadline = Instant::now() + WAIT;
-        let mut last = None;
-        while Instant::now() < deadline {
-            last = self.value(query).await;
-            if last == Some(want) {
-                return;
-            }
-            // The next scrape is at most a second away.
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        panic!("{query}: {last:?} after {WAIT:?}, wanted {want}");
-    }
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.start_kill();
-    }
-}
-
-/// A query string's percent-encoding (PromQL has braces, quotes, spaces).
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 fn bootstrap(addr: SocketAddr, node: &str) -> Bootstrap {
@@ -228,7 +126,7 @@ async fn prometheus_scrapes_clients_acks_nacks_reloads_and_dns_names() {
         404
     );
 
-    let prometheus = Prometheus::start(admin).await;
+    let prometheus = Prometheus::start(&[("tether-control", admin)]).await;
     let xds = XdsClient::start(bootstrap(control.addr, "metrics-client")).unwrap();
     // Its ACK of the endpoints shows in the metrics below.
     let api = xds.watch(ResourceKind::Endpoints, "api");
