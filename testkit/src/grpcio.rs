@@ -35,19 +35,28 @@ pub fn client_script() -> PathBuf {
 fn venv_dir(venv: Option<&Path>) -> PathBuf {
     match venv {
         Some(v) => v.to_path_buf(),
-        None => {
-            let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-            manifest
-                .parent()
-                .unwrap_or(manifest)
-                .join("target/tmp/py-grpcio")
-        }
+        None => kit_venv("py-grpcio"),
     }
 }
 
+/// A virtual environment of the kit's, `target/tmp/NAME` in the workspace.
+pub(crate) fn kit_venv(name: &str) -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .unwrap_or(manifest)
+        .join("target/tmp")
+        .join(name)
+}
+
 async fn imports_grpc(py: &Path) -> bool {
+    imports(py, "grpc, grpc_csds").await
+}
+
+/// Whether `py` runs and imports `modules` (`import MODULES`).
+pub(crate) async fn imports(py: &Path, modules: &str) -> bool {
     crate::command(py)
-        .args(["-c", "import grpc, grpc_csds"])
+        .args(["-c", &format!("import {modules}")])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -85,10 +94,24 @@ pub async fn python_or_install(venv: Option<&Path>) -> Result<PathBuf, String> {
         return Ok(py);
     }
     let venv = venv_dir(venv);
+    make_venv(
+        &venv,
+        &[
+            format!("grpcio=={VERSION}"),
+            format!("grpcio-csds=={CSDS_VERSION}"),
+        ],
+    )
+    .await?;
+    Ok(venv.join("bin/python"))
+}
+
+/// Makes a virtual environment at `venv` with `packages` installed by pip
+/// (three attempts, so one network hiccup does not fail a suite).
+pub async fn make_venv(venv: &Path, packages: &[String]) -> Result<(), String> {
     let py = venv.join("bin/python");
     let made = crate::command("python3")
         .args(["-m", "venv"])
-        .arg(&venv)
+        .arg(venv)
         .stdin(Stdio::null())
         .output()
         .await
@@ -112,21 +135,23 @@ pub async fn python_or_install(venv: Option<&Path>) -> Result<PathBuf, String> {
                     "--quiet",
                     "--disable-pip-version-check",
                 ])
-                .arg(format!("grpcio=={VERSION}"))
-                .arg(format!("grpcio-csds=={CSDS_VERSION}"))
+                .args(packages)
                 .stdin(Stdio::null())
                 .output(),
         )
         .await;
         match out {
-            Ok(Ok(out)) if out.status.success() => return Ok(py),
+            Ok(Ok(out)) if out.status.success() => return Ok(()),
             Ok(Ok(out)) => failures.push(String::from_utf8_lossy(&out.stderr).into_owned()),
             Ok(Err(e)) => failures.push(format!("cannot run pip: {e}")),
             Err(_) => failures.push("pip did not finish within 5 minutes".to_owned()),
         }
         tokio::time::sleep(Duration::from_secs(5 * attempt)).await;
     }
-    Err(format!("pip install grpcio failed 3 times: {failures:#?}"))
+    Err(format!(
+        "pip install {} failed 3 times: {failures:#?}",
+        packages.join(" ")
+    ))
 }
 
 /// One call the C-core client made.

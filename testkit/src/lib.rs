@@ -23,6 +23,7 @@ pub mod graceful_socket;
 #[cfg(feature = "grpc")]
 pub mod grpc;
 pub mod grpcio;
+pub mod grpcio_otel;
 pub mod partition;
 pub mod prometheus;
 pub mod tls;
