@@ -12,8 +12,26 @@
 //! per locality (and per endpoint when the server sets
 //! `report_endpoint_granularity`) the calls issued, succeeded and failed
 //! since the last report and those in progress, and the drops by category.
+//!
+//! Two more kinds of figures ride along:
+//!
+//! - Backend metrics (gRFC A64 as A85 amends it): a cluster whose CDS
+//!   `lrs_report_endpoint_metrics` names fields of the ORCA per-call report
+//!   ([`BackendMetricPropagation`]) sums them as its calls end
+//!   ([`EndpointLoad::finish_with_metrics`]): the utilizations into the
+//!   locality's `cpu_utilization`, `mem_utilization` and
+//!   `application_utilization`, the named metrics into `load_metric_stats`
+//!   as `named_metrics.<key>` (the locality's, and the endpoint's when per
+//!   endpoint). The propagation is part of a locality's key, as in C-core,
+//!   so a call's end knows what to copy without looking it up; only such
+//!   clusters take a lock there, and only for calls that carried a report.
+//! - Sessions ([`SESSIONS_METRIC`], `tether.sessions`): a cluster's session
+//!   policy registers a [`SessionCount`], read when a report is made (never
+//!   on the call path): each endpoint's `load_metric_stats` carries the
+//!   sessions pinned there now, its locality's the sum, and an endpoint
+//!   with sessions is listed even without calls.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -24,6 +42,211 @@ use envoy_types::pb::envoy::config::endpoint::v3 as epb;
 
 use crate::resource::endpoint::LocalityName;
 
+/// What `lrs_report_endpoint_metrics` and the reports put before a key of
+/// the ORCA `named_metrics` map (gRFC A85).
+pub const NAMED_METRICS_PREFIX: &str = "named_metrics.";
+
+/// The `load_metric_stats` name of the sessions pinned to an endpoint
+/// (per endpoint) or to a locality's endpoints (per locality): a gauge
+/// taken when the report is made, `num_requests_finished_with_metric` 1.
+pub const SESSIONS_METRIC: &str = "tether.sessions";
+
+/// Which fields of a call's ORCA per-call report (gRFC A51) a cluster's
+/// load reports carry (gRFC A85), as CDS `lrs_report_endpoint_metrics`
+/// names them. The default (the field unset or empty) propagates nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct BackendMetricPropagation {
+    /// `cpu_utilization`: into the locality's `cpu_utilization`.
+    pub cpu_utilization: bool,
+    /// `mem_utilization`: into the locality's `mem_utilization`.
+    pub mem_utilization: bool,
+    /// `application_utilization`: into the locality's
+    /// `application_utilization`.
+    pub application_utilization: bool,
+    /// `named_metrics.*`: every key of `named_metrics`.
+    pub all_named_metrics: bool,
+    /// `named_metrics.<key>`: these keys (empty when all are propagated).
+    pub named_metrics: BTreeSet<String>,
+}
+
+impl BackendMetricPropagation {
+    /// The propagation `lrs_report_endpoint_metrics` asks for. A string
+    /// that names no field gRPC propagates (another ORCA field, a later
+    /// one, `named_metrics.` without a key) is ignored, for forward
+    /// compatibility (A85).
+    pub fn from_names<I>(names: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let mut p = BackendMetricPropagation::default();
+        for name in names {
+            match name.as_ref() {
+                "cpu_utilization" => p.cpu_utilization = true,
+                "mem_utilization" => p.mem_utilization = true,
+                "application_utilization" => p.application_utilization = true,
+                "named_metrics.*" => p.all_named_metrics = true,
+                other => match other.strip_prefix(NAMED_METRICS_PREFIX) {
+                    Some(key) if !key.is_empty() => {
+                        p.named_metrics.insert(key.to_owned());
+                    }
+                    _ => log::debug!(
+                        "lrs_report_endpoint_metrics {other:?} ignored: not a field gRPC propagates"
+                    ),
+                },
+            }
+        }
+        if p.all_named_metrics {
+            // Equal configs compare equal however they were spelled.
+            p.named_metrics.clear();
+        }
+        p
+    }
+
+    /// Whether nothing is propagated.
+    pub fn is_empty(&self) -> bool {
+        !(self.cpu_utilization
+            || self.mem_utilization
+            || self.application_utilization
+            || self.all_named_metrics)
+            && self.named_metrics.is_empty()
+    }
+
+    /// Whether the named metric `key` is propagated.
+    pub fn propagates_named(&self, key: &str) -> bool {
+        self.all_named_metrics || self.named_metrics.contains(key)
+    }
+}
+
+/// One call's backend metrics: the fields of its ORCA per-call report
+/// that a load report may carry.
+#[derive(Debug, Clone, Copy)]
+pub struct BackendMetrics<'a> {
+    /// `cpu_utilization` (0 when the report leaves it out).
+    pub cpu_utilization: f64,
+    /// `mem_utilization` (0 when the report leaves it out).
+    pub mem_utilization: f64,
+    /// `application_utilization` (0 when the report leaves it out).
+    pub application_utilization: f64,
+    /// `named_metrics`.
+    pub named_metrics: &'a HashMap<String, f64>,
+}
+
+/// A metric's calls and their values' sum since the last report.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Sum {
+    calls: u64,
+    total: f64,
+}
+
+impl Sum {
+    fn add(&mut self, value: f64) {
+        self.calls += 1;
+        self.total += value;
+    }
+
+    fn merge(&mut self, other: Sum) {
+        self.calls += other.calls;
+        self.total += other.total;
+    }
+
+    /// The locality's top-level field: none without a call, as C-core
+    /// leaves it out.
+    fn unnamed(self) -> Option<epb::UnnamedEndpointLoadMetricStats> {
+        (self.calls > 0).then_some(epb::UnnamedEndpointLoadMetricStats {
+            num_requests_finished_with_metric: self.calls,
+            total_metric_value: self.total,
+        })
+    }
+}
+
+/// The propagated backend metrics of calls ended since the last report.
+#[derive(Debug, Default)]
+struct MetricSums {
+    cpu: Sum,
+    mem: Sum,
+    application: Sum,
+    /// By the key in `named_metrics` (the prefix is added in the report).
+    named: HashMap<String, Sum>,
+}
+
+impl MetricSums {
+    /// Adds what `p` propagates of one call's metrics. A utilization the
+    /// report left out counts as 0, as in C-core (proto3 cannot tell).
+    fn record(&mut self, p: &BackendMetricPropagation, m: &BackendMetrics<'_>) {
+        if p.cpu_utilization {
+            self.cpu.add(m.cpu_utilization);
+        }
+        if p.mem_utilization {
+            self.mem.add(m.mem_utilization);
+        }
+        if p.application_utilization {
+            self.application.add(m.application_utilization);
+        }
+        if p.all_named_metrics || !p.named_metrics.is_empty() {
+            for (key, value) in m.named_metrics {
+                if !p.propagates_named(key) {
+                    continue;
+                }
+                match self.named.get_mut(key.as_str()) {
+                    Some(sum) => sum.add(*value),
+                    None => {
+                        self.named.insert(
+                            key.clone(),
+                            Sum {
+                                calls: 1,
+                                total: *value,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    fn merge(&mut self, other: MetricSums) {
+        self.cpu.merge(other.cpu);
+        self.mem.merge(other.mem);
+        self.application.merge(other.application);
+        for (key, sum) in other.named {
+            self.named.entry(key).or_default().merge(sum);
+        }
+    }
+
+    /// The named metrics as `load_metric_stats`, by name.
+    fn named_stats(&self) -> Vec<epb::EndpointLoadMetricStats> {
+        let mut out: Vec<epb::EndpointLoadMetricStats> = self
+            .named
+            .iter()
+            .map(|(key, sum)| epb::EndpointLoadMetricStats {
+                metric_name: format!("{NAMED_METRICS_PREFIX}{key}"),
+                num_requests_finished_with_metric: sum.calls,
+                total_metric_value: sum.total,
+            })
+            .collect();
+        out.sort_by(|a, b| a.metric_name.cmp(&b.metric_name));
+        out
+    }
+}
+
+/// The [`SESSIONS_METRIC`] entry for `sessions` sessions.
+fn sessions_stat(sessions: u64) -> epb::EndpointLoadMetricStats {
+    epb::EndpointLoadMetricStats {
+        metric_name: SESSIONS_METRIC.to_owned(),
+        num_requests_finished_with_metric: 1,
+        total_metric_value: sessions as f64,
+    }
+}
+
+/// Counts a cluster's sessions for its load reports ([`SESSIONS_METRIC`]):
+/// the channel's session policy (`xds_override_host`) implements it and
+/// registers with [`ClusterLoad::count_sessions`].
+pub trait SessionCount: Send + Sync {
+    /// Each address with sessions pinned to it now, and how many.
+    fn pinned(&self) -> Vec<(SocketAddr, u64)>;
+}
+
 /// Calls counted since the last report, and those in progress.
 #[derive(Debug, Default)]
 struct Counters {
@@ -33,8 +256,27 @@ struct Counters {
     in_progress: AtomicU64,
 }
 
-/// What [`Counters::take`] read: issued, succeeded, failed, in progress.
-type Taken = (u64, u64, u64, u64);
+/// What [`Counters::take`] read.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    issued: u64,
+    succeeded: u64,
+    failed: u64,
+    in_progress: u64,
+}
+
+impl Totals {
+    fn add(&mut self, other: Totals) {
+        self.issued += other.issued;
+        self.succeeded += other.succeeded;
+        self.failed += other.failed;
+        self.in_progress += other.in_progress;
+    }
+
+    fn is_zero(&self) -> bool {
+        self.issued + self.succeeded + self.failed + self.in_progress == 0
+    }
+}
 
 impl Counters {
     fn start(&self) {
@@ -57,22 +299,33 @@ impl Counters {
     }
 
     /// The interval's figures, reset; calls in progress stay counted.
-    fn take(&self) -> Taken {
-        (
-            self.issued.swap(0, Ordering::Relaxed),
-            self.succeeded.swap(0, Ordering::Relaxed),
-            self.failed.swap(0, Ordering::Relaxed),
-            self.in_progress.load(Ordering::Relaxed),
-        )
+    fn take(&self) -> Totals {
+        Totals {
+            issued: self.issued.swap(0, Ordering::Relaxed),
+            succeeded: self.succeeded.swap(0, Ordering::Relaxed),
+            failed: self.failed.swap(0, Ordering::Relaxed),
+            in_progress: self.in_progress.load(Ordering::Relaxed),
+        }
     }
 }
 
-/// One locality's calls in one cluster.
+/// One locality's calls in one cluster, under one propagation (a cluster
+/// whose propagation changed has both while old pickers live; a report
+/// adds them up).
 #[derive(Debug)]
 struct LocalityLoad {
-    name: LocalityName,
+    propagation: Arc<BackendMetricPropagation>,
     calls: Counters,
+    metrics: Mutex<MetricSums>,
     endpoints: Mutex<HashMap<SocketAddr, Weak<EndpointLoad>>>,
+}
+
+impl LocalityLoad {
+    fn live_endpoints(&self) -> Vec<Arc<EndpointLoad>> {
+        let mut all = lock(&self.endpoints);
+        all.retain(|_, e| e.strong_count() > 0);
+        all.values().filter_map(Weak::upgrade).collect()
+    }
 }
 
 /// One endpoint's calls; counting them counts its locality's too.
@@ -80,6 +333,7 @@ struct LocalityLoad {
 pub struct EndpointLoad {
     address: SocketAddr,
     calls: Counters,
+    metrics: Mutex<MetricSums>,
     locality: Arc<LocalityLoad>,
 }
 
@@ -94,6 +348,26 @@ impl EndpointLoad {
     pub fn finish(&self, ok: bool) {
         self.calls.finish(ok);
         self.locality.calls.finish(ok);
+    }
+
+    /// A call [`EndpointLoad::start`] counted has ended, `ok` or not, with
+    /// its backend's per-call metrics: counted as [`EndpointLoad::finish`]
+    /// does, and what the cluster propagates of them is summed for the
+    /// endpoint and its locality.
+    pub fn finish_with_metrics(&self, ok: bool, metrics: &BackendMetrics<'_>) {
+        self.finish(ok);
+        let p = &self.locality.propagation;
+        if p.is_empty() {
+            return;
+        }
+        lock(&self.metrics).record(p, metrics);
+        lock(&self.locality.metrics).record(p, metrics);
+    }
+
+    /// Whether the cluster propagates any backend metric: when not, a
+    /// call's metrics need not be read.
+    pub fn propagates(&self) -> bool {
+        !self.locality.propagation.is_empty()
     }
 
     /// A call [`EndpointLoad::start`] counted was never sent (its pick was
@@ -114,11 +388,14 @@ impl EndpointLoad {
 pub struct ClusterLoad {
     cluster: String,
     eds_service_name: Option<String>,
-    localities: Mutex<HashMap<LocalityName, Weak<LocalityLoad>>>,
+    /// Per locality, one load per propagation in use (nearly always one).
+    localities: Mutex<HashMap<LocalityName, Vec<Weak<LocalityLoad>>>>,
     /// Drops by category (EDS `drop_overloads`), and without one (circuit
     /// breaking), since the last report.
     drops: Mutex<BTreeMap<String, u64>>,
     uncategorized_drops: AtomicU64,
+    /// Where its sessions are counted (one per channel that uses it).
+    sessions: Mutex<Vec<Weak<dyn SessionCount>>>,
     last_report: Mutex<Instant>,
 }
 
@@ -127,20 +404,36 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ClusterLoad {
-    /// The counters of `address` in `locality`, made once and shared while
-    /// a picker holds them.
-    pub fn endpoint(&self, locality: &LocalityName, address: SocketAddr) -> Arc<EndpointLoad> {
+    /// The counters of `address` in `locality` under `propagation`, made
+    /// once and shared while a picker holds them.
+    pub fn endpoint(
+        &self,
+        locality: &LocalityName,
+        address: SocketAddr,
+        propagation: &Arc<BackendMetricPropagation>,
+    ) -> Arc<EndpointLoad> {
         let locality = {
             let mut all = lock(&self.localities);
-            match all.get(locality).and_then(Weak::upgrade) {
+            let found = all.get_mut(locality).and_then(|loads| {
+                loads.retain(|l| l.strong_count() > 0);
+                loads
+                    .iter()
+                    .filter_map(Weak::upgrade)
+                    .find(|l| l.propagation == *propagation)
+            });
+            match found {
                 Some(l) => l,
                 None => {
                     let l = Arc::new(LocalityLoad {
-                        name: locality.clone(),
+                        propagation: propagation.clone(),
                         calls: Counters::default(),
+                        metrics: Mutex::default(),
                         endpoints: Mutex::new(HashMap::new()),
                     });
-                    all.insert(locality.clone(), Arc::downgrade(&l));
+                    // The name is cloned only for a new locality.
+                    all.entry(locality.clone())
+                        .or_default()
+                        .push(Arc::downgrade(&l));
                     l
                 }
             }
@@ -152,6 +445,7 @@ impl ClusterLoad {
         let e = Arc::new(EndpointLoad {
             address,
             calls: Counters::default(),
+            metrics: Mutex::default(),
             locality: locality.clone(),
         });
         endpoints.insert(address, Arc::downgrade(&e));
@@ -169,66 +463,147 @@ impl ClusterLoad {
         }
     }
 
+    /// Counts `source`'s sessions in the reports ([`SESSIONS_METRIC`])
+    /// while it lives.
+    pub fn count_sessions(&self, source: Weak<dyn SessionCount>) {
+        let mut all = lock(&self.sessions);
+        all.retain(|s| s.strong_count() > 0);
+        all.push(source);
+    }
+
     /// The cluster's name.
     pub fn cluster(&self) -> &str {
         &self.cluster
     }
 
+    /// This interval's report of the cluster, its figures reset, as the
+    /// LRS stream would send it (per endpoint or not), for tools and tests
+    /// that read a cluster's load without a server. What is taken here is
+    /// not sent.
+    pub fn take_report(&self, per_endpoint: bool) -> epb::ClusterStats {
+        self.report(per_endpoint, Instant::now(), true).0
+    }
+
+    /// The sessions pinned per address, summed over the sources; none
+    /// when no source lives.
+    fn pinned_sessions(&self) -> Option<HashMap<SocketAddr, u64>> {
+        let sources: Vec<Arc<dyn SessionCount>> = {
+            let mut all = lock(&self.sessions);
+            all.retain(|s| s.strong_count() > 0);
+            all.iter().filter_map(Weak::upgrade).collect()
+        };
+        if sources.is_empty() {
+            return None;
+        }
+        let mut out = HashMap::new();
+        for s in sources {
+            for (address, n) in s.pinned() {
+                *out.entry(address).or_default() += n;
+            }
+        }
+        Some(out)
+    }
+
     /// This interval's report, the counters reset (localities without a
-    /// call left out), and whether it is all zero.
-    fn report(&self, per_endpoint: bool, now: Instant) -> (epb::ClusterStats, bool) {
+    /// call or a session left out), and whether it is all zero. Sessions
+    /// are counted when `sessions` is set.
+    fn report(
+        &self,
+        per_endpoint: bool,
+        now: Instant,
+        sessions: bool,
+    ) -> (epb::ClusterStats, bool) {
         let interval = {
             let mut last = lock(&self.last_report);
             let d = now.saturating_duration_since(*last);
             *last = now;
             d
         };
-        let localities: Vec<Arc<LocalityLoad>> = {
+        let localities: BTreeMap<LocalityName, Vec<Arc<LocalityLoad>>> = {
             let mut all = lock(&self.localities);
-            all.retain(|_, l| l.strong_count() > 0);
-            all.values().filter_map(Weak::upgrade).collect()
+            all.retain(|_, loads| {
+                loads.retain(|l| l.strong_count() > 0);
+                !loads.is_empty()
+            });
+            all.iter()
+                .map(|(name, loads)| {
+                    (
+                        name.clone(),
+                        loads.iter().filter_map(Weak::upgrade).collect(),
+                    )
+                })
+                .collect()
         };
+        let mut pinned = if sessions {
+            self.pinned_sessions()
+        } else {
+            None
+        };
+        let gauged = pinned.is_some();
         let mut stats = Vec::new();
-        for l in localities {
-            let (issued, succeeded, failed, in_progress) = l.calls.take();
-            let endpoints: Vec<Arc<EndpointLoad>> = {
-                let mut all = lock(&l.endpoints);
-                all.retain(|_, e| e.strong_count() > 0);
-                all.values().filter_map(Weak::upgrade).collect()
-            };
+        for (name, loads) in localities {
+            let mut calls = Totals::default();
+            let mut metrics = MetricSums::default();
+            let mut endpoints: BTreeMap<SocketAddr, (Totals, MetricSums)> = BTreeMap::new();
+            for l in &loads {
+                calls.add(l.calls.take());
+                metrics.merge(std::mem::take(&mut *lock(&l.metrics)));
+                for e in l.live_endpoints() {
+                    let (c, m) = endpoints.entry(e.address).or_default();
+                    c.add(e.calls.take());
+                    m.merge(std::mem::take(&mut *lock(&e.metrics)));
+                }
+            }
+            let mut locality_sessions = 0;
             let mut endpoint_stats = Vec::new();
-            for e in endpoints {
-                let (issued, succeeded, failed, in_progress) = e.calls.take();
-                if per_endpoint && issued + succeeded + failed + in_progress > 0 {
+            for (address, (calls, metrics)) in endpoints {
+                // Taken out so that an address in two localities counts once.
+                let sessions = pinned
+                    .as_mut()
+                    .and_then(|p| p.remove(&address))
+                    .unwrap_or(0);
+                locality_sessions += sessions;
+                if per_endpoint && (!calls.is_zero() || sessions > 0) {
+                    let mut load_metric_stats = metrics.named_stats();
+                    if gauged {
+                        load_metric_stats.push(sessions_stat(sessions));
+                    }
                     endpoint_stats.push(epb::UpstreamEndpointStats {
-                        address: Some(socket_address(e.address)),
-                        total_successful_requests: succeeded,
-                        total_requests_in_progress: in_progress,
-                        total_error_requests: failed,
-                        total_issued_requests: issued,
+                        address: Some(socket_address(address)),
+                        total_successful_requests: calls.succeeded,
+                        total_requests_in_progress: calls.in_progress,
+                        total_error_requests: calls.failed,
+                        total_issued_requests: calls.issued,
+                        load_metric_stats,
                         ..Default::default()
                     });
                 }
             }
-            if issued + succeeded + failed + in_progress == 0 {
+            if calls.is_zero() && locality_sessions == 0 {
                 continue;
             }
-            endpoint_stats.sort_by_key(|e| format!("{:?}", e.address));
+            let mut load_metric_stats = metrics.named_stats();
+            if gauged {
+                load_metric_stats.push(sessions_stat(locality_sessions));
+            }
             stats.push(epb::UpstreamLocalityStats {
                 locality: Some(core::Locality {
-                    region: l.name.region.clone(),
-                    zone: l.name.zone.clone(),
-                    sub_zone: l.name.sub_zone.clone(),
+                    region: name.region.clone(),
+                    zone: name.zone.clone(),
+                    sub_zone: name.sub_zone.clone(),
                 }),
-                total_successful_requests: succeeded,
-                total_requests_in_progress: in_progress,
-                total_error_requests: failed,
-                total_issued_requests: issued,
+                total_successful_requests: calls.succeeded,
+                total_requests_in_progress: calls.in_progress,
+                total_error_requests: calls.failed,
+                total_issued_requests: calls.issued,
+                cpu_utilization: metrics.cpu.unnamed(),
+                mem_utilization: metrics.mem.unnamed(),
+                application_utilization: metrics.application.unnamed(),
+                load_metric_stats,
                 upstream_endpoint_stats: endpoint_stats,
                 ..Default::default()
             });
         }
-        stats.sort_by(|a, b| format!("{:?}", a.locality).cmp(&format!("{:?}", b.locality)));
         let drops: Vec<(String, u64)> = std::mem::take(&mut *lock(&self.drops))
             .into_iter()
             .collect();
@@ -311,6 +686,7 @@ impl LoadStore {
             localities: Mutex::new(HashMap::new()),
             drops: Mutex::new(BTreeMap::new()),
             uncategorized_drops: AtomicU64::new(0),
+            sessions: Mutex::new(Vec::new()),
             last_report: Mutex::new(Instant::now()),
         });
         all.insert(key, Arc::downgrade(&c));
@@ -339,7 +715,7 @@ impl LoadStore {
             .iter()
             .filter(|c| plan.all || plan.clusters.iter().any(|n| *n == c.cluster))
             .map(|c| {
-                let (stats, z) = c.report(plan.per_endpoint, now);
+                let (stats, z) = c.report(plan.per_endpoint, now, true);
                 zero &= z;
                 stats
             })
@@ -356,7 +732,7 @@ impl LoadStore {
     pub(crate) fn restart(&self, now: Instant) {
         let all = lock(&self.clusters);
         for c in all.values().filter_map(Weak::upgrade) {
-            let _ = c.report(true, now);
+            let _ = c.report(true, now, false);
         }
     }
 }
@@ -373,14 +749,295 @@ mod tests {
         }
     }
 
+    fn none() -> Arc<BackendMetricPropagation> {
+        Arc::new(BackendMetricPropagation::default())
+    }
+
+    fn per_endpoint() -> ReportPlan {
+        ReportPlan {
+            all: true,
+            clusters: Vec::new(),
+            per_endpoint: true,
+        }
+    }
+
+    /// A call's metrics: utilizations and named metrics.
+    fn call(e: &EndpointLoad, cpu: f64, app: f64, named: &[(&str, f64)]) {
+        let named: HashMap<String, f64> = named.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        e.start();
+        e.finish_with_metrics(
+            true,
+            &BackendMetrics {
+                cpu_utilization: cpu,
+                mem_utilization: 0.0,
+                application_utilization: app,
+                named_metrics: &named,
+            },
+        );
+    }
+
+    /// `load_metric_stats` as (name, calls, total).
+    fn named(stats: &[epb::EndpointLoadMetricStats]) -> Vec<(String, u64, f64)> {
+        stats
+            .iter()
+            .map(|m| {
+                (
+                    m.metric_name.clone(),
+                    m.num_requests_finished_with_metric,
+                    m.total_metric_value,
+                )
+            })
+            .collect()
+    }
+
+    fn unnamed(m: Option<epb::UnnamedEndpointLoadMetricStats>) -> Option<(u64, f64)> {
+        m.map(|m| (m.num_requests_finished_with_metric, m.total_metric_value))
+    }
+
+    #[test]
+    fn lrs_report_endpoint_metrics_parse_ignoring_unknown_names() {
+        let p = BackendMetricPropagation::from_names([
+            "cpu_utilization",
+            "application_utilization",
+            "named_metrics.foo",
+            "named_metrics.bar",
+            // Not propagated by gRPC (yet): ignored, not refused.
+            "eps",
+            "utilization.x",
+            "request_cost.y",
+            "named_metrics.",
+            "something_new",
+        ]);
+        assert!(p.cpu_utilization && p.application_utilization);
+        assert!(!p.mem_utilization && !p.all_named_metrics);
+        assert_eq!(
+            p.named_metrics.iter().collect::<Vec<_>>(),
+            ["bar", "foo"],
+            "{p:?}"
+        );
+        assert!(p.propagates_named("foo") && !p.propagates_named("baz"));
+
+        let all = BackendMetricPropagation::from_names(["named_metrics.foo", "named_metrics.*"]);
+        assert!(
+            all.all_named_metrics && all.named_metrics.is_empty(),
+            "{all:?}"
+        );
+        assert!(all.propagates_named("anything"));
+        assert_eq!(
+            all,
+            BackendMetricPropagation::from_names(["named_metrics.*"])
+        );
+
+        assert!(BackendMetricPropagation::from_names(Vec::<String>::new()).is_empty());
+        assert!(BackendMetricPropagation::from_names(["eps", "named_metrics."]).is_empty());
+        assert!(!BackendMetricPropagation::from_names(["mem_utilization"]).is_empty());
+    }
+
+    #[test]
+    fn propagated_metrics_are_summed_per_locality_and_endpoint_then_reset() {
+        let store = LoadStore::new();
+        let load = store.cluster("echo", None);
+        let p = Arc::new(BackendMetricPropagation::from_names([
+            "cpu_utilization",
+            "application_utilization",
+            "named_metrics.foo",
+        ]));
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let c: SocketAddr = "127.0.0.1:3".parse().unwrap();
+        let ea = load.endpoint(&locality("a"), a, &p);
+        let eb = load.endpoint(&locality("a"), b, &p);
+        let ec = load.endpoint(&locality("b"), c, &p);
+        assert!(ea.propagates());
+        call(&ea, 0.5, 0.2, &[("foo", 1.0), ("bar", 9.0)]);
+        // A utilization left out (0) still counts a call, as in C-core.
+        call(&ea, 0.0, 0.0, &[("foo", 2.0)]);
+        call(&eb, 0.25, 0.0, &[]);
+        // A call without a report counts no metric.
+        eb.start();
+        eb.finish(true);
+        call(&ec, 1.0, 0.0, &[("foo", 4.0)]);
+
+        let (report, zero) = store.report(&per_endpoint(), Instant::now());
+        assert!(!zero);
+        let l = &report[0].upstream_locality_stats;
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[0].total_successful_requests, 4);
+        assert_eq!(unnamed(l[0].cpu_utilization), Some((3, 0.75)));
+        assert_eq!(unnamed(l[0].mem_utilization), None, "not propagated");
+        assert_eq!(unnamed(l[0].application_utilization), Some((3, 0.2)));
+        assert_eq!(
+            named(&l[0].load_metric_stats),
+            [("named_metrics.foo".to_owned(), 2, 3.0)]
+        );
+        let endpoints = &l[0].upstream_endpoint_stats;
+        assert_eq!(endpoints.len(), 2);
+        assert_eq!(
+            named(&endpoints[0].load_metric_stats),
+            [("named_metrics.foo".to_owned(), 2, 3.0)]
+        );
+        assert!(endpoints[1].load_metric_stats.is_empty());
+        assert_eq!(unnamed(l[1].cpu_utilization), Some((1, 1.0)));
+        assert_eq!(
+            named(&l[1].load_metric_stats),
+            [("named_metrics.foo".to_owned(), 1, 4.0)]
+        );
+
+        // Reset with the other counters.
+        call(&ea, 0.1, 0.0, &[]);
+        let (again, _) = store.report(&per_endpoint(), Instant::now());
+        let l = &again[0].upstream_locality_stats;
+        assert_eq!(l.len(), 1);
+        assert_eq!(unnamed(l[0].cpu_utilization), Some((1, 0.1)));
+        assert!(l[0].load_metric_stats.is_empty());
+        let (quiet, zero) = store.report(&per_endpoint(), Instant::now());
+        assert!(zero);
+        assert!(quiet[0].upstream_locality_stats.is_empty());
+    }
+
+    #[test]
+    fn without_propagation_nothing_is_summed() {
+        let store = LoadStore::new();
+        let load = store.cluster("echo", None);
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let e = load.endpoint(&locality("a"), a, &none());
+        assert!(!e.propagates());
+        call(&e, 0.5, 0.5, &[("foo", 1.0)]);
+        let (report, _) = store.report(&per_endpoint(), Instant::now());
+        let l = &report[0].upstream_locality_stats[0];
+        assert_eq!(l.total_successful_requests, 1);
+        assert_eq!(l.cpu_utilization, None);
+        assert_eq!(l.application_utilization, None);
+        assert!(l.load_metric_stats.is_empty());
+        assert!(l.upstream_endpoint_stats[0].load_metric_stats.is_empty());
+    }
+
+    #[test]
+    fn a_locality_under_two_propagations_is_reported_once() {
+        let store = LoadStore::new();
+        let load = store.cluster("echo", None);
+        let cpu = Arc::new(BackendMetricPropagation::from_names(["cpu_utilization"]));
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        // An old picker's counters and a new one's, after a CDS update.
+        let old = load.endpoint(&locality("a"), a, &none());
+        let new = load.endpoint(&locality("a"), a, &cpu);
+        assert!(!Arc::ptr_eq(&old, &new));
+        call(&old, 0.9, 0.0, &[]);
+        call(&new, 0.5, 0.0, &[]);
+        let (report, _) = store.report(&per_endpoint(), Instant::now());
+        let l = &report[0].upstream_locality_stats;
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].total_successful_requests, 2);
+        assert_eq!(unnamed(l[0].cpu_utilization), Some((1, 0.5)));
+        assert_eq!(l[0].upstream_endpoint_stats.len(), 1);
+        assert_eq!(l[0].upstream_endpoint_stats[0].total_issued_requests, 2);
+    }
+
+    /// Sessions a test sets.
+    #[derive(Default)]
+    struct Pinned(Mutex<Vec<(SocketAddr, u64)>>);
+
+    impl SessionCount for Pinned {
+        fn pinned(&self) -> Vec<(SocketAddr, u64)> {
+            lock(&self.0).clone()
+        }
+    }
+
+    #[test]
+    fn sessions_are_a_gauge_per_endpoint_summed_per_locality() {
+        let store = LoadStore::new();
+        let load = store.cluster("echo", None);
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let c: SocketAddr = "127.0.0.1:3".parse().unwrap();
+        let unknown: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let ea = load.endpoint(&locality("a"), a, &none());
+        let _eb = load.endpoint(&locality("a"), b, &none());
+        let _ec = load.endpoint(&locality("b"), c, &none());
+        let pinned = Arc::new(Pinned::default());
+        let source: Arc<dyn SessionCount> = pinned.clone();
+        load.count_sessions(Arc::downgrade(&source));
+        *lock(&pinned.0) = vec![(a, 2), (b, 3), (unknown, 7)];
+        ea.start();
+        ea.finish(true);
+
+        let sessions = |stats: &[epb::EndpointLoadMetricStats]| {
+            named(stats)
+                .into_iter()
+                .find(|(n, _, _)| n == SESSIONS_METRIC)
+                .map(|(_, calls, total)| (calls, total))
+        };
+        let (report, zero) = store.report(&per_endpoint(), Instant::now());
+        assert!(!zero);
+        let l = &report[0].upstream_locality_stats;
+        assert_eq!(l.len(), 1, "locality b has neither calls nor sessions");
+        assert_eq!(sessions(&l[0].load_metric_stats), Some((1, 5.0)));
+        let e = &l[0].upstream_endpoint_stats;
+        assert_eq!(e.len(), 2, "b is listed for its sessions: {e:?}");
+        assert_eq!(e[0].total_issued_requests, 1);
+        assert_eq!(sessions(&e[0].load_metric_stats), Some((1, 2.0)));
+        assert_eq!(e[1].total_issued_requests, 0);
+        assert_eq!(sessions(&e[1].load_metric_stats), Some((1, 3.0)));
+
+        // Only sessions, no call: still reported, not all zero.
+        *lock(&pinned.0) = vec![(c, 1)];
+        let (report, zero) = store.report(&per_endpoint(), Instant::now());
+        assert!(!zero, "{report:?}");
+        let l = &report[0].upstream_locality_stats;
+        assert_eq!(l.len(), 1);
+        assert_eq!(l[0].locality.as_ref().unwrap().zone, "b");
+        assert_eq!(l[0].total_issued_requests, 0);
+        assert_eq!(sessions(&l[0].load_metric_stats), Some((1, 1.0)));
+        assert_eq!(
+            sessions(&l[0].upstream_endpoint_stats[0].load_metric_stats),
+            Some((1, 1.0))
+        );
+
+        // Per locality only: the sum, no endpoints.
+        let per_locality = ReportPlan {
+            per_endpoint: false,
+            ..per_endpoint()
+        };
+        let (report, _) = store.report(&per_locality, Instant::now());
+        let l = &report[0].upstream_locality_stats[0];
+        assert_eq!(sessions(&l.load_metric_stats), Some((1, 1.0)));
+        assert!(l.upstream_endpoint_stats.is_empty());
+
+        // A call's endpoint says 0 sessions while a source counts.
+        lock(&pinned.0).clear();
+        ea.start();
+        ea.finish(true);
+        let (report, _) = store.report(&per_endpoint(), Instant::now());
+        let l = &report[0].upstream_locality_stats[0];
+        assert_eq!(sessions(&l.load_metric_stats), Some((1, 0.0)));
+        assert_eq!(
+            sessions(&l.upstream_endpoint_stats[0].load_metric_stats),
+            Some((1, 0.0))
+        );
+        let (_, zero) = store.report(&per_endpoint(), Instant::now());
+        assert!(zero, "no sessions and no calls");
+
+        // The source gone: no gauge at all.
+        drop((source, pinned));
+        ea.start();
+        ea.finish(true);
+        let (report, _) = store.report(&per_endpoint(), Instant::now());
+        let l = &report[0].upstream_locality_stats[0];
+        assert_eq!(sessions(&l.load_metric_stats), None);
+        assert_eq!(
+            sessions(&l.upstream_endpoint_stats[0].load_metric_stats),
+            None
+        );
+    }
+
     #[test]
     fn a_report_counts_calls_per_locality_and_endpoint_then_resets() {
         let store = LoadStore::new();
         let load = store.cluster("echo", Some("echo-eds"));
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
-        let ea = load.endpoint(&locality("a"), a);
-        let eb = load.endpoint(&locality("b"), b);
+        let ea = load.endpoint(&locality("a"), a, &none());
+        let eb = load.endpoint(&locality("b"), b, &none());
         for _ in 0..3 {
             ea.start();
             ea.finish(true);
@@ -450,8 +1107,8 @@ mod tests {
         let store = LoadStore::new();
         let load = store.cluster("echo", None);
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
-        let e1 = load.endpoint(&locality("a"), a);
-        let e2 = load.endpoint(&locality("a"), a);
+        let e1 = load.endpoint(&locality("a"), a, &none());
+        let e2 = load.endpoint(&locality("a"), a, &none());
         assert!(Arc::ptr_eq(&e1, &e2));
         assert!(Arc::ptr_eq(&load, &store.cluster("echo", None)));
         drop((e1, e2, load));

@@ -535,6 +535,34 @@ fn cluster_lrs_server_must_be_self() {
     );
 }
 
+/// gRFC A85: `lrs_report_endpoint_metrics` says which ORCA fields the
+/// load reports carry; unset carries none, `named_metrics.*` every named
+/// metric, and names gRPC does not propagate are ignored, not refused.
+#[test]
+fn cluster_lrs_report_endpoint_metrics_is_parsed_leniently() {
+    assert!(cluster_ok(&eds_cluster())
+        .backend_metric_propagation
+        .is_empty());
+    let mut c = eds_cluster();
+    c.lrs_report_endpoint_metrics = [
+        "mem_utilization",
+        "named_metrics.queue",
+        "rps_fractional",
+        "named_metrics.",
+        "not_an_orca_field",
+    ]
+    .map(String::from)
+    .to_vec();
+    let p = cluster_ok(&c).backend_metric_propagation;
+    assert!(p.mem_utilization, "{p:?}");
+    assert!(!p.cpu_utilization && !p.application_utilization && !p.all_named_metrics);
+    assert_eq!(p.named_metrics.iter().collect::<Vec<_>>(), ["queue"]);
+    c.lrs_report_endpoint_metrics = vec!["named_metrics.*".into(), "cpu_utilization".into()];
+    let p = cluster_ok(&c).backend_metric_propagation;
+    assert!(p.all_named_metrics && p.cpu_utilization, "{p:?}");
+    assert!(p.propagates_named("anything"));
+}
+
 #[test]
 fn eds_cluster_defaults() {
     let c = cluster_ok(&eds_cluster());

@@ -133,8 +133,9 @@ fn resolve_leaves(
                 }
             };
             let load = cluster.lrs_server.then(|| {
-                crate::lb::cluster_impl::LoadHandle(
+                crate::lb::cluster_impl::LoadHandle::new(
                     client.report_load(leaf, cluster.eds_name()),
+                    cluster.backend_metric_propagation.clone(),
                 )
             });
             Ok(LeafCluster {
@@ -345,6 +346,7 @@ impl StaticConfig {
                 outlier_detection: None,
                 security: None,
                 lrs_server: false,
+                backend_metric_propagation: Default::default(),
             }),
             endpoints: Arc::new(EndpointsResource {
                 cluster_name: self.cluster.clone(),

@@ -3,8 +3,9 @@
 //! first, wrr_locality; Maglev only when
 //! [`ValidationOptions::maglev`](super::ValidationOptions::maglev) is
 //! on, since gRPC rejects it), `common_lb_config.override_host_status` (A55)
-//! and the session idle timeout from `upstream_config` (A75), and
-//! `outlier_detection` (A50).
+//! and the session idle timeout from `upstream_config` (A75),
+//! `outlier_detection` (A50), and load reporting (`lrs_server`, A27, with
+//! `lrs_report_endpoint_metrics`, A85).
 
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use crate::lb_config::outlier_detection::{
     FailurePercentageEjection, OutlierDetectionConfig, SuccessRateEjection,
 };
 use crate::lb_config::registry::CustomPolicy;
+use crate::load_report::BackendMetricPropagation;
 
 /// Default session idle timeout (A75).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -64,6 +66,10 @@ pub struct ClusterResource {
     /// from (gRFC A27: `lrs_server` set to `self`; any other ConfigSource
     /// is refused, as in gRPC).
     pub lrs_server: bool,
+    /// Which fields of its calls' ORCA per-call reports its load reports
+    /// carry (gRFC A85: `lrs_report_endpoint_metrics`; unset propagates
+    /// nothing, unknown names are ignored).
+    pub backend_metric_propagation: BackendMetricPropagation,
 }
 
 /// gRPC's default `max_requests`.
@@ -267,6 +273,9 @@ pub(crate) fn validate(c: &mut Check, cl: &Cluster) -> ClusterResource {
             .and_then(|od| c.at("outlier_detection", |c| outlier_detection(c, od))),
         security: super::security::upstream_tls(c, cl),
         lrs_server: c.at("lrs_server", |c| lrs_server(c, cl.lrs_server.as_ref())),
+        backend_metric_propagation: BackendMetricPropagation::from_names(
+            &cl.lrs_report_endpoint_metrics,
+        ),
     }
 }
 

@@ -296,6 +296,7 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
             override_host_status: leaf.cluster.override_host_status,
             idle_timeout: leaf.cluster.idle_timeout,
             endpoints: all.clone(),
+            load: leaf.load.clone(),
             child: Box::new(LbConfig::Priority(priority::Config { children })),
         })),
     });

@@ -14,16 +14,21 @@
 //! breaking uncategorized), each call picked on an endpoint as issued and
 //! in progress until it ends, succeeded or failed. The picker holds each
 //! endpoint's counters, so a call costs a few atomic additions; a cluster
-//! that does not report pays nothing.
+//! that does not report pays nothing. When the cluster's
+//! `lrs_report_endpoint_metrics` propagates backend metrics (gRFC A85), a
+//! call's end reads the ORCA report in its trailers and sums what is
+//! propagated; otherwise the trailers are not looked at.
 
 mod picker;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use crate::xds::load_report::ClusterLoad;
+use crate::xds::load_report::{BackendMetricPropagation, ClusterLoad};
 use crate::xds::resource::endpoint::LocalityName;
 
 use super::{Child, ConnectivityState, Ctx, Event, LbConfig, LbPolicy, PolicyStats, SharedPicker};
@@ -54,14 +59,30 @@ pub struct Config {
     pub child: Box<LbConfig>,
 }
 
-/// A cluster's load counters ([`ClusterLoad`]); equal when they are the
-/// same counters.
+/// A cluster's load counters ([`ClusterLoad`]) and what its reports carry
+/// of its calls' ORCA reports (gRFC A85); equal when they are the same
+/// counters with an equal propagation.
 #[derive(Debug, Clone)]
-pub struct LoadHandle(pub Arc<ClusterLoad>);
+pub struct LoadHandle {
+    /// The counters.
+    pub load: Arc<ClusterLoad>,
+    /// The backend metrics propagated (CDS `lrs_report_endpoint_metrics`).
+    pub propagation: Arc<BackendMetricPropagation>,
+}
+
+impl LoadHandle {
+    /// The handle of `load` propagating `propagation`.
+    pub fn new(load: Arc<ClusterLoad>, propagation: BackendMetricPropagation) -> Self {
+        LoadHandle {
+            load,
+            propagation: Arc::new(propagation),
+        }
+    }
+}
 
 impl PartialEq for LoadHandle {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
+        Arc::ptr_eq(&self.load, &other.load) && self.propagation == other.propagation
     }
 }
 

@@ -1,5 +1,6 @@
 //! xds_cluster_impl's picker: drop categories, then the circuit breaker,
-//! then the child's pick, counted until the call ends.
+//! then the child's pick, counted until the call ends (with the backend
+//! metrics of its trailers, when the cluster propagates them).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,7 +11,8 @@ use tonic::Status;
 
 use super::{Config, DropOverload};
 use crate::lb::{random, CallTracker, PickArgs, PickResult, Picker, SharedPicker};
-use crate::xds::load_report::{ClusterLoad, EndpointLoad};
+use crate::orca;
+use crate::xds::load_report::{BackendMetrics, ClusterLoad, EndpointLoad};
 
 /// Decrements the cluster's in-flight count when a call ends.
 #[derive(Debug)]
@@ -29,16 +31,40 @@ impl CallTracker for InFlight {
 
 /// Ends a picked call's count in its endpoint's (and locality's) load.
 #[derive(Debug)]
-struct Counted(Arc<EndpointLoad>);
+struct Counted {
+    load: Arc<EndpointLoad>,
+    /// The cluster propagates backend metrics (read once, when the picker
+    /// is made).
+    propagates: bool,
+}
 
 impl CallTracker for Counted {
     fn finished(&self, ok: bool) {
-        self.0.finish(ok);
+        self.load.finish(ok);
+    }
+
+    fn finished_with_trailers(&self, ok: bool, trailers: Option<&http::HeaderMap>) {
+        // A cluster that propagates nothing never parses the trailers.
+        if self.propagates {
+            if let Some(report) = trailers.and_then(orca::report_from_trailers) {
+                self.load.finish_with_metrics(
+                    ok,
+                    &BackendMetrics {
+                        cpu_utilization: report.cpu_utilization,
+                        mem_utilization: report.mem_utilization,
+                        application_utilization: report.application_utilization,
+                        named_metrics: &report.named_metrics,
+                    },
+                );
+                return;
+            }
+        }
+        self.load.finish(ok);
     }
 
     fn released(&self) {
         // Picked but never sent: gRPC counts nothing for it.
-        self.0.cancel();
+        self.load.cancel();
     }
 }
 
@@ -69,11 +95,14 @@ impl ClusterImplPicker {
                 .localities
                 .iter()
                 .map(|(address, locality)| {
-                    let counters = handle.0.endpoint(locality, *address);
-                    (*address, Arc::new(Counted(counters)))
+                    let load = handle
+                        .load
+                        .endpoint(locality, *address, &handle.propagation);
+                    let propagates = load.propagates();
+                    (*address, Arc::new(Counted { load, propagates }))
                 })
                 .collect(),
-            cluster: handle.0.clone(),
+            cluster: handle.load.clone(),
         });
         ClusterImplPicker {
             drops: config.drops.clone(),
@@ -110,7 +139,7 @@ impl Picker for ClusterImplPicker {
                 pick.trackers.push(self.in_flight.clone());
                 if let Some(load) = &self.load {
                     if let Some(counted) = load.endpoints.get(&pick.subchannel.address()) {
-                        counted.0.start();
+                        counted.load.start();
                         pick.trackers.push(counted.clone());
                     }
                 }

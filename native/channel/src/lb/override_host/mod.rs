@@ -19,6 +19,12 @@
 //! re-arms the sweep for when the oldest address used within
 //! `idle_timeout` would expire (`idle_timeout` if none was), at least 5 s
 //! ahead; none is armed while the map is empty.
+//!
+//! A cluster that reports load gets its sessions counted in the reports
+//! (`tether.sessions`): the policy registers a [`SessionCount`] with the
+//! cluster's load, which the LRS stream reads when it reports, counting
+//! per address what [`OverrideHost::sessions`] counts. Picks pay nothing
+//! for it.
 
 pub mod picker;
 
@@ -28,13 +34,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
-use arc_swap::ArcSwapOption;
+use arc_swap::{ArcSwap, ArcSwapOption};
 
+use super::cluster_impl::LoadHandle;
 use super::{
     Child, ConnectivityState, Ctx, EndpointAddresses, Event, HealthStatus, LbConfig, LbPolicy,
     PolicyStats, SharedPicker, Subchannel, Timer,
 };
 use crate::subchannel::WeakSubchannel;
+use crate::xds::load_report::{ClusterLoad, SessionCount};
 use crate::xds::resource::endpoint::HealthSet;
 pub use picker::OverrideHostPicker;
 
@@ -51,6 +59,9 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Every endpoint of the cluster, in every priority, DRAINING included.
     pub endpoints: Vec<EndpointAddresses>,
+    /// The cluster's load, when it reports load: its sessions are counted
+    /// in the reports.
+    pub load: Option<LoadHandle>,
     /// The policy underneath (priority).
     pub child: Box<LbConfig>,
 }
@@ -172,6 +183,29 @@ pub struct AddressSessions {
 /// The address map pickers read.
 pub type AddressMap = HashMap<SocketAddr, Arc<MapEntry>, foldhash::fast::RandomState>;
 
+/// The policy's sessions as its cluster's load reports count them: the
+/// current map, read when a report is made.
+struct SessionGauge {
+    map: ArcSwap<AddressMap>,
+    idle_ms: AtomicU64,
+    clock: Clock,
+}
+
+impl SessionCount for SessionGauge {
+    fn pinned(&self) -> Vec<(SocketAddr, u64)> {
+        let now = self.clock.now_ms();
+        let idle_ms = self.idle_ms.load(Ordering::Relaxed);
+        self.map
+            .load()
+            .iter()
+            .filter_map(|(addr, e)| {
+                let (sessions, _) = e.prune_sessions(now, idle_ms);
+                (sessions > 0).then_some((*addr, sessions as u64))
+            })
+            .collect()
+    }
+}
+
 /// The `xds_override_host` policy.
 pub struct OverrideHost {
     config: Option<Config>,
@@ -182,6 +216,8 @@ pub struct OverrideHost {
     clock: Clock,
     sweep: Option<Timer>,
     picker: Option<SharedPicker>,
+    /// What the cluster's load reports read, while it reports load.
+    gauge: Option<(Arc<ClusterLoad>, Arc<SessionGauge>)>,
 }
 
 impl Default for OverrideHost {
@@ -201,6 +237,7 @@ impl OverrideHost {
             clock: Clock::start(),
             sweep: None,
             picker: None,
+            gauge: None,
         }
     }
 
@@ -370,6 +407,33 @@ impl OverrideHost {
         out
     }
 
+    /// Registers the sessions with the cluster's load (once per load),
+    /// and shows it the current map; none without a load.
+    fn gauge_sessions(&mut self, load: Option<&LoadHandle>, idle_timeout: Duration) {
+        let Some(handle) = load else {
+            self.gauge = None;
+            return;
+        };
+        let gauge = match &self.gauge {
+            Some((l, g)) if Arc::ptr_eq(l, &handle.load) => g.clone(),
+            _ => {
+                let g = Arc::new(SessionGauge {
+                    map: ArcSwap::new(self.map.clone()),
+                    idle_ms: AtomicU64::new(0),
+                    clock: self.clock,
+                });
+                let source: Arc<dyn SessionCount> = g.clone();
+                handle.load.count_sessions(Arc::downgrade(&source));
+                self.gauge = Some((handle.load.clone(), g.clone()));
+                g
+            }
+        };
+        gauge.map.store(self.map.clone());
+        gauge
+            .idle_ms
+            .store(idle_timeout.as_millis() as u64, Ordering::Relaxed);
+    }
+
     /// Keeps the subchannel of `addr` for sessions.
     fn own(&mut self, ctx: &mut Ctx<'_>, addr: SocketAddr, create: bool) -> bool {
         let Some(e) = self.map.get(&addr).cloned() else {
@@ -450,6 +514,7 @@ impl LbPolicy for OverrideHost {
             self.own(ctx, addr, false);
         }
         self.rebuild_map(ctx, &config.endpoints);
+        self.gauge_sessions(config.load.as_ref(), config.idle_timeout);
         Child::update_in(&mut self.child, ctx, (*config.child).clone());
         self.config = Some(config);
         // Every update re-arms the sweep, as C-core does.

@@ -1,6 +1,7 @@
 //! The idle sweep on a paused clock, with a real pool (the subchannel's
 //! address refuses connections; nothing here needs one to succeed).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -22,6 +23,7 @@ fn config(addr: SocketAddr) -> LbConfig {
             weight: 1,
             health: HealthStatus::Draining,
         }],
+        load: None,
         child: Box::new(LbConfig::RoundRobin(round_robin::Config::default())),
     })
 }
@@ -86,6 +88,7 @@ async fn sweeps_are_at_least_5_s_apart_and_none_runs_with_an_empty_map() {
                 override_host_status: HealthSet::default_override(),
                 idle_timeout: Duration::from_secs(60),
                 endpoints: Vec::new(),
+                load: None,
                 child: Box::new(LbConfig::RoundRobin(round_robin::Config::default())),
             }),
         )
@@ -105,6 +108,7 @@ fn config_of(addrs: &[SocketAddr]) -> LbConfig {
                 health: HealthStatus::Healthy,
             })
             .collect(),
+        load: None,
         child: Box::new(LbConfig::RoundRobin(round_robin::Config::default())),
     })
 }
@@ -205,4 +209,115 @@ async fn updates_keep_unchanged_entries_and_never_copy_session_ledgers() {
     assert_eq!(second.health, HealthStatus::Healthy);
     assert!(Arc::ptr_eq(&first.ledger, &second.ledger));
     assert_eq!(second.sessions().map(|s| s.len()), Some(1));
+}
+
+/// A cluster that reports load counts its sessions in the reports
+/// (`tether.sessions`): per address what `sessions()` counts, read when the
+/// report is made; sessions idle for `idle_timeout` no longer count, and
+/// a new map (an update) is what the next report reads.
+#[tokio::test(start_paused = true)]
+async fn a_reporting_cluster_counts_its_sessions_in_the_load_report() {
+    use crate::xds::load_report::{BackendMetricPropagation, LoadStore, SESSIONS_METRIC};
+    use crate::xds::resource::endpoint::LocalityName;
+
+    let (a, b) = (refused(), refused());
+    let store = LoadStore::new();
+    let handle = LoadHandle::new(
+        store.cluster("echo", None),
+        BackendMetricPropagation::default(),
+    );
+    // cluster_impl's picker holds the endpoints' counters.
+    let locality = LocalityName::default();
+    let _counters = [a, b].map(|addr| handle.load.endpoint(&locality, addr, &handle.propagation));
+    let with_load = |addrs: &[SocketAddr]| {
+        let mut c = config_of(addrs);
+        if let LbConfig::OverrideHost(c) = &mut c {
+            c.load = Some(handle.clone());
+        }
+        c
+    };
+    let mut h = Harness::new(OverrideHost::new());
+    h.with(|p, ctx| p.update(ctx, with_load(&[a, b])));
+    let now = h.policy.clock.now_ms();
+    for id in [1, 2, 3] {
+        h.policy.map[&a].record_session(id, now);
+    }
+    h.policy.map[&b].record_session(4, now);
+    use envoy_types::pb::envoy::config::core::v3 as core;
+    use envoy_types::pb::envoy::config::endpoint::v3 as epb;
+    let gauge = |m: &[epb::EndpointLoadMetricStats]| {
+        m.iter()
+            .find(|m| m.metric_name == SESSIONS_METRIC)
+            .map(|m| m.total_metric_value)
+    };
+    let port = |e: &epb::UpstreamEndpointStats| match e
+        .address
+        .as_ref()
+        .and_then(|a| a.address.as_ref())
+    {
+        Some(core::address::Address::SocketAddress(s)) => match s.port_specifier {
+            Some(core::socket_address::PortSpecifier::PortValue(p)) => p as u16,
+            _ => 0,
+        },
+        _ => 0,
+    };
+    // The locality's gauge, and each endpoint's by port.
+    let sessions = |report: &epb::ClusterStats| {
+        let l = &report.upstream_locality_stats[0];
+        let per_endpoint: HashMap<u16, Option<f64>> = l
+            .upstream_endpoint_stats
+            .iter()
+            .map(|e| (port(e), gauge(&e.load_metric_stats)))
+            .collect();
+        (gauge(&l.load_metric_stats), per_endpoint)
+    };
+    let report = handle.load.take_report(true);
+    assert_eq!(
+        sessions(&report),
+        (
+            Some(4.0),
+            HashMap::from([(a.port(), Some(3.0)), (b.port(), Some(1.0))])
+        ),
+        "{report:?}"
+    );
+    let counted: HashMap<u16, usize> = h
+        .policy
+        .sessions()
+        .iter()
+        .map(|s| (s.address.port(), s.sessions))
+        .collect();
+    assert_eq!(
+        counted,
+        HashMap::from([(a.port(), 3), (b.port(), 1)]),
+        "the same counts as the channel's stats"
+    );
+
+    // b's session goes idle (a's are used again): only a's count.
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    let now = h.policy.clock.now_ms();
+    for id in [1, 2] {
+        h.policy.map[&a].record_session(id, now);
+    }
+    let report = handle.load.take_report(true);
+    assert_eq!(
+        sessions(&report),
+        (Some(2.0), HashMap::from([(a.port(), Some(2.0))])),
+        "{report:?}"
+    );
+
+    // An update without a: its sessions are no longer reported.
+    h.with(|p, ctx| p.update(ctx, with_load(&[b])));
+    let report = handle.load.take_report(true);
+    assert!(report.upstream_locality_stats.is_empty(), "{report:?}");
+
+    // The policy gone: the cluster reports no sessions at all.
+    h.with(|p, ctx| p.update(ctx, with_load(&[a])));
+    h.policy.map[&a].record_session(9, h.policy.clock.now_ms());
+    assert_eq!(sessions(&handle.load.take_report(true)).0, Some(1.0));
+    drop(h);
+    assert!(handle
+        .load
+        .take_report(true)
+        .upstream_locality_stats
+        .is_empty());
 }

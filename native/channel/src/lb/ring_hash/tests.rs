@@ -880,6 +880,7 @@ mod cds {
                 outlier_detection: None,
                 security: None,
                 lrs_server: false,
+                backend_metric_propagation: Default::default(),
             }),
             endpoints: Arc::new(EndpointsResource {
                 cluster_name: "hashed".into(),
