@@ -6,7 +6,7 @@ that answered, its address, and the Set-Cookie of the response's initial
 metadata, and "ms", how long the call took in milliseconds. The bootstrap
 comes from GRPC_XDS_BOOTSTRAP.
 
-usage: grpc_xds_client.py [--service-config JSON] [--channel-arg KEY=N]... [--warm N] [--warm-seconds S] [--keys-header NAME] [--message TEXT] [--jar]
+usage: grpc_xds_client.py [--batches] [--service-config JSON] [--channel-arg KEY=N]... [--warm N] [--warm-seconds S] [--keys-header NAME] [--message TEXT] [--jar]
                           [--keep-going] [--failures-ok] [--pace MS] [--keepalive MS TIMEOUT_MS]
                           [--xds-creds] [--fail-fast] [--metadata KEY:VALUE]... [--timeout S]
                           [--message-size N]
@@ -74,6 +74,12 @@ grpc.dns_min_time_between_resolutions_ms=100.
 
 The target may be any gRPC target (dns:, ipv4:, unix:, ...): the bootstrap
 is only read for xds: targets.
+
+--batches makes calls in batches read from standard input as they come, one
+a line: "CALLS [COOKIE]" (CALLS and COOKIE on the command line are then
+ignored); after each batch it prints {"batch_done": CALLS}. The one channel
+stays open until standard input ends, so its load reports (LRS) go on
+between batches. Not with --keys-header, --jar or --concurrency.
 
 --concurrency N makes the CALLS calls from N threads at once over the one
 channel, each thread starting its next call when the last one answered
@@ -224,6 +230,18 @@ def call_concurrently(echo, calls, threads, message, metadata, keep_going, pace=
     return state["failed"]
 
 
+def stdin_batches():
+    """(keys, cookie) of each line "CALLS [COOKIE]" of standard input, read
+    as it comes, until it ends."""
+    while True:
+        line = sys.stdin.readline()
+        if not line:
+            return
+        parts = line.split(None, 1)
+        if parts:
+            yield [None] * int(parts[0]), (parts[1].strip() if len(parts) > 1 else None)
+
+
 def elapsed_ms(start):
     return int((time.monotonic() - start) * 1000)
 
@@ -238,6 +256,7 @@ def main():
     jar = None
     keep_going = False
     failures_ok = False
+    batch_mode = False
     pace = 0.0
     options = []
     xds_creds = False
@@ -294,6 +313,10 @@ def main():
             keep_going = True
             args = args[1:]
             continue
+        elif args[0] == "--batches":
+            batch_mode = True
+            args = args[1:]
+            continue
         elif args[0] == "--failures-ok":
             keep_going = True
             failures_ok = True
@@ -310,6 +333,9 @@ def main():
     keys = [None] * calls
     if keys_header:
         keys = [line.rstrip("\n") for line in sys.stdin]
+    batches = [(keys, cookie)]
+    if batch_mode:
+        batches = stdin_batches()
     if xds_creds:
         channel = grpc.secure_channel(
             target, grpc.xds_channel_credentials(grpc.experimental.insecure_channel_credentials()), options=options)
@@ -333,52 +359,55 @@ def main():
                                  pace, timeout) and not failures_ok:
                 sys.exit(1)
             return
-        for i, key in enumerate(keys):
-            if jar is not None:
-                cookie = "; ".join("%s=%s" % kv for kv in jar.items()) or None
-            metadata = [("cookie", cookie)] if cookie else []
-            if key is not None:
-                metadata.append((keys_header, key))
-            metadata += extra
-            start = time.monotonic()
-            try:
-                reply, call = echo.with_call(
-                    encode_request(message if message is not None else "call %d" % i),
-                    metadata=metadata or None,
-                    timeout=timeout,
-                    wait_for_ready=wait,
-                )
-            except grpc.RpcError as e:
-                if not keep_going:
-                    raise
-                failed = True
-                print(json.dumps({"call": i, "key": key, "code": e.code().name,
-                                  "message": e.details(), "ms": elapsed_ms(start)}),
-                      flush=True)
+        for keys, cookie in batches:
+            for i, key in enumerate(keys):
+                if jar is not None:
+                    cookie = "; ".join("%s=%s" % kv for kv in jar.items()) or None
+                metadata = [("cookie", cookie)] if cookie else []
+                if key is not None:
+                    metadata.append((keys_header, key))
+                metadata += extra
+                start = time.monotonic()
+                try:
+                    reply, call = echo.with_call(
+                        encode_request(message if message is not None else "call %d" % i),
+                        metadata=metadata or None,
+                        timeout=timeout,
+                        wait_for_ready=wait,
+                    )
+                except grpc.RpcError as e:
+                    if not keep_going:
+                        raise
+                    failed = True
+                    print(json.dumps({"call": i, "key": key, "code": e.code().name,
+                                      "message": e.details(), "ms": elapsed_ms(start)}),
+                          flush=True)
+                    if pace:
+                        time.sleep(pace)
+                    continue
+                set_cookie = [v for k, v in call.initial_metadata() if k == "set-cookie"]
+                if jar is not None:
+                    for v in set_cookie:
+                        jar.update(cookie_pairs(v.split(";", 1)[0]))
+                fields = decode_reply(reply)
+                line = {
+                    "call": i,
+                    "key": key,
+                    "backend": fields.get(2, ""),
+                    "address": fields.get(3, ""),
+                    "set_cookie": set_cookie,
+                    "ms": elapsed_ms(start),
+                }
+                if xds_creds:
+                    line["client_cert"] = next(
+                        (v for k, v in call.initial_metadata() if k == "x-client-cert"), None)
+                if keep_going:
+                    line["code"] = "OK"
+                print(json.dumps(line), flush=True)
                 if pace:
                     time.sleep(pace)
-                continue
-            set_cookie = [v for k, v in call.initial_metadata() if k == "set-cookie"]
-            if jar is not None:
-                for v in set_cookie:
-                    jar.update(cookie_pairs(v.split(";", 1)[0]))
-            fields = decode_reply(reply)
-            line = {
-                "call": i,
-                "key": key,
-                "backend": fields.get(2, ""),
-                "address": fields.get(3, ""),
-                "set_cookie": set_cookie,
-                "ms": elapsed_ms(start),
-            }
-            if xds_creds:
-                line["client_cert"] = next(
-                    (v for k, v in call.initial_metadata() if k == "x-client-cert"), None)
-            if keep_going:
-                line["code"] = "OK"
-            print(json.dumps(line), flush=True)
-            if pace:
-                time.sleep(pace)
+            if batch_mode:
+                print(json.dumps({"batch_done": len(keys)}), flush=True)
     if failed and not failures_ok:
         sys.exit(1)
 

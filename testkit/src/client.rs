@@ -154,3 +154,29 @@ pub async fn get(
 ) -> Result<Response, String> {
     Connection::open(addr).await?.get(path, headers).await
 }
+
+/// Polls `GET path` on `addr` every 100 ms until its JSON satisfies `want`
+/// (a page that changes as reports or updates arrive), within 30 s; panics
+/// naming `what` and the last page otherwise.
+pub async fn until_json(
+    addr: SocketAddr,
+    path: &str,
+    what: &str,
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = std::time::Instant::now();
+    loop {
+        let page = match get(addr, path, &[]).await {
+            Ok(r) => r.json(),
+            Err(e) => serde_json::Value::String(e),
+        };
+        if want(&page) {
+            return page;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{what}: GET {path} is {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

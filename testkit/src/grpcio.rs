@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 /// The grpcio release [`python_or_install`] installs.
 pub const VERSION: &str = "1.85.1";
@@ -337,6 +337,95 @@ impl Client {
             .lines()
             .map(parse_call)
             .collect()
+    }
+}
+
+impl Client {
+    /// The client on `target` making calls in batches ([`Batches::run`])
+    /// over one channel, kept open (its LRS stream too) until
+    /// [`Batches::finish`], waiting `pace` after each call; failed calls
+    /// are listed, not the end of a run.
+    pub fn batches(&self, target: &str, pace: Duration) -> Result<Batches, String> {
+        let mut child = crate::command(&self.python)
+            .arg(client_script())
+            .args(["--batches", "--failures-ok", "--pace"])
+            .arg(pace.as_millis().to_string())
+            .args([target, "0"])
+            .env("GRPC_XDS_BOOTSTRAP", &self.bootstrap)
+            .env_remove("GRPC_XDS_BOOTSTRAP_CONFIG")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("run {}: {e}", self.python.display()))?;
+        let stdin = child.stdin.take();
+        let lines = child
+            .stdout
+            .take()
+            .map(|out| tokio::io::BufReader::new(out).lines());
+        Ok(Batches {
+            child,
+            stdin,
+            lines,
+        })
+    }
+}
+
+/// A C-core client process making calls in batches over one channel
+/// ([`Client::batches`]); killed when dropped.
+#[derive(Debug)]
+pub struct Batches {
+    child: tokio::process::Child,
+    stdin: Option<tokio::process::ChildStdin>,
+    lines: Option<tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>>,
+}
+
+impl Batches {
+    /// `calls` calls, each with the `cookie` metadata when given, one
+    /// after another; every call, answered or failed, once all ended.
+    pub async fn run(&mut self, calls: usize, cookie: Option<&str>) -> Result<Vec<Call>, String> {
+        let (Some(stdin), Some(lines)) = (self.stdin.as_mut(), self.lines.as_mut()) else {
+            return Err("the C-core client is finished".to_owned());
+        };
+        let batch = format!("{calls} {}\n", cookie.unwrap_or_default());
+        stdin
+            .write_all(batch.as_bytes())
+            .await
+            .map_err(|e| format!("the C-core client's stdin: {e}"))?;
+        let mut out = Vec::new();
+        let read = async {
+            loop {
+                let line = lines
+                    .next_line()
+                    .await
+                    .map_err(|e| format!("the C-core client's output: {e}"))?
+                    .ok_or("the C-core client ended in a batch")?;
+                if line.contains("\"batch_done\"") {
+                    return Ok::<_, String>(());
+                }
+                out.push(parse_call(&line)?);
+            }
+        };
+        tokio::time::timeout(RUN_TIMEOUT, read)
+            .await
+            .map_err(|_| format!("a batch did not finish within {RUN_TIMEOUT:?}"))??;
+        Ok(out)
+    }
+
+    /// Closes the channel (standard input ends) and waits for the process.
+    pub async fn finish(mut self) -> Result<(), String> {
+        drop(self.stdin.take());
+        let status = tokio::time::timeout(RUN_TIMEOUT, self.child.wait())
+            .await
+            .map_err(|_| format!("the C-core client did not end within {RUN_TIMEOUT:?}"))?
+            .map_err(|e| format!("the C-core client: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("the C-core client failed ({status})"))
+        }
     }
 }
 

@@ -4,8 +4,9 @@
 //! ([`crate::status`]); `GET /metrics` answers the control plane's metrics ([`crate::metrics`])
 //! in the OpenMetrics text format Prometheus scrapes; `GET /drain` the
 //! drain status of every DRAINING endpoint, and of those lately removed by
-//! their service's `drain`, as JSON ([`crate::load`]); anything else is
-//! 404.
+//! their service's `drain`, as JSON ([`crate::load`]); `GET /load` each
+//! client's recent load reports as they came (`?node=NAME`: that node's
+//! only; [`crate::reports`]); anything else is 404.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -91,6 +92,44 @@ impl JsonPage {
     }
 }
 
+/// The value of `key` in a URL query (`a=1&node=x%2Fy`), percent-decoded;
+/// the first when given twice.
+fn query_value(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (percent_decoded(k)? == key).then(|| percent_decoded(v))?
+    })
+}
+
+/// `text` with `%XX` escapes and `+` (a space, as forms write it)
+/// decoded; `None` when the bytes are not UTF-8.
+fn percent_decoded(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let hex = |i: usize| {
+        let digit = |b: Option<&u8>| b.and_then(|b| (*b as char).to_digit(16));
+        Some(digit(bytes.get(i))? * 16 + digit(bytes.get(i + 1))?)
+    };
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], hex(i + 1)) {
+            (b'%', Some(b)) => {
+                out.push(b as u8);
+                i += 3;
+            }
+            (b'+', _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 /// What the admin pages read.
 #[derive(Debug, Clone)]
 pub struct Admin {
@@ -98,6 +137,8 @@ pub struct Admin {
     dns: Option<watch::Receiver<DnsStatus>>,
     drain: Arc<JsonPage>,
     status: Arc<JsonPage>,
+    /// `/load` with every node (one node's page is made for each request).
+    load: Arc<JsonPage>,
 }
 
 /// A value as JSON, or an object naming why it could not be.
@@ -114,6 +155,7 @@ impl Admin {
             dns,
             drain: Arc::default(),
             status: Arc::default(),
+            load: Arc::default(),
         }
     }
 
@@ -146,7 +188,20 @@ impl Admin {
                     let body = self.drain.get(move || json(&plane.drain_status()));
                     (StatusCode::OK, "application/json", body)
                 }
-                (_, "/" | "/status" | "/metrics" | "/drain") => (
+                (&Method::GET, "/load") => {
+                    let node = request.uri().query().and_then(|q| query_value(q, "node"));
+                    let plane = self.plane.clone();
+                    let make = move |node: Option<&str>| {
+                        let kept = plane.load(|l| l.kept_reports(node, Instant::now()));
+                        json(&kept.page())
+                    };
+                    let body = match node {
+                        Some(node) => make(Some(&node)).into(),
+                        None => self.load.get(move || make(None)),
+                    };
+                    (StatusCode::OK, "application/json", body)
+                }
+                (_, "/" | "/status" | "/metrics" | "/drain" | "/load") => (
                     StatusCode::METHOD_NOT_ALLOWED,
                     "text/plain; charset=utf-8",
                     Bytes::from_static(b"GET only\n"),
@@ -154,7 +209,7 @@ impl Admin {
                 (_, path) => (
                     StatusCode::NOT_FOUND,
                     "text/plain; charset=utf-8",
-                    format!("no page {path:?}: try /, /status, /metrics or /drain\n").into(),
+                    format!("no page {path:?}: try /, /status, /metrics, /drain or /load\n").into(),
                 ),
             };
         let mut response = Response::new(Full::new(body));
@@ -204,5 +259,26 @@ impl Admin {
                 }
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::query_value;
+
+    #[test]
+    fn query_values_are_percent_decoded() {
+        assert_eq!(
+            query_value("node=a%2Fb+c", "node").as_deref(),
+            Some("a/b c")
+        );
+        assert_eq!(
+            query_value("x=1&node=n&node=m", "node").as_deref(),
+            Some("n")
+        );
+        assert_eq!(query_value("node", "node").as_deref(), Some(""));
+        assert_eq!(query_value("node=100%", "node").as_deref(), Some("100%"));
+        assert_eq!(query_value("x=1", "node"), None);
+        assert_eq!(query_value("node=%FF", "node"), None, "not UTF-8");
     }
 }

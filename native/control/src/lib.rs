@@ -2,7 +2,7 @@
 //! translated from a YAML file a person writes.
 //!
 //! - [`admin`]: the admin listener (`--admin`): the status page, `/drain`,
-//!   `/metrics` for Prometheus.
+//!   `/load`, `/metrics` for Prometheus.
 //! - [`dns`]: endpoints written as `NAME:PORT`: resolving the names,
 //!   keeping the last good addresses through DNS trouble, draining the
 //!   addresses that leave an answer.
@@ -17,6 +17,8 @@
 //! - [`mod@retry`]: a route's retry policy (gRFC A44) and its `RetryPolicy`.
 //! - [`metrics`]: the control plane's own metrics (clients, pushes,
 //!   ACK/NACK, reloads, DNS names).
+//! - [`reports`]: the clients' recent load reports as they came (`GET
+//!   /load`).
 //! - [`model`]: the YAML schema (services, endpoints, virtual hosts, routes,
 //!   affinity strategies in Contour's vocabulary) and its validation.
 //! - [`mod@translate`]: model → Listener, RouteConfiguration, Cluster and
@@ -42,6 +44,7 @@ pub mod load;
 pub mod lrs;
 pub mod metrics;
 pub mod model;
+pub mod reports;
 pub mod retry;
 pub mod server;
 pub mod session_keys;

@@ -3,8 +3,12 @@
 //! its cluster (their ADS streams subscribe to its endpoints), what each
 //! one's reports since the endpoint went DRAINING say, and a verdict:
 //!
-//! - `busy`: a client's latest report shows requests to it (issued or in
-//!   progress): the endpoint still serves someone's sessions;
+//! - `busy`: a client's latest report shows requests to it (issued in the
+//!   interval or in progress): the endpoint still serves someone's calls.
+//!   Sessions a client says it pins there (the channel's `tether.sessions`
+//!   metric) are shown, but alone do not make it busy: a pinned session
+//!   lasts until the client's idle timeout (an hour by default), far
+//!   longer than its use, and idle means that no client sent it a request;
 //! - `unknown`: a client that holds the cluster does not report (Envoy
 //!   without a load stats config, a client without LRS), or has not
 //!   reported since the endpoint went DRAINING;
@@ -32,6 +36,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::drain::{DrainPolicy, EndpointKey, RemovalReason};
+use crate::reports::{Kept, ReportLog};
 
 /// How long `GET /drain` shows an endpoint after its removal.
 pub const REMOVED_SHOWN: Duration = Duration::from_secs(600);
@@ -87,7 +92,8 @@ impl ClusterReport {
 pub struct EndpointLoad {
     /// Requests issued in the interval plus those in progress.
     pub requests: u64,
-    /// Sessions the client pins there, when it says (a named metric).
+    /// Sessions the client pins there, when it says (the `tether.sessions`
+    /// metric): shown, not read by the verdict.
     pub sessions: Option<u64>,
 }
 
@@ -154,6 +160,9 @@ pub struct LoadState {
     policies: BTreeMap<String, DrainPolicy>,
     /// Endpoints removed by their service's `drain`.
     removed: BTreeMap<EndpointKey, Removed>,
+    /// The reports as they came (`GET /load`): kept here, under the lock
+    /// every report takes anyway.
+    log: ReportLog,
     /// A removal may have come due sooner than last said (see
     /// [`LoadState::take_wake`]).
     wake: bool,
@@ -243,7 +252,8 @@ pub struct ClientStatus {
     /// Requests to the endpoint (or its locality, for a client that
     /// reports per locality) in its latest report.
     pub requests: Option<u64>,
-    /// Sessions it pins there, when it reports them.
+    /// Sessions it pins there, when it reports them (shown only: they
+    /// do not make the endpoint busy).
     pub sessions: Option<u64>,
     /// Whether its figures are per endpoint or per locality.
     pub granularity: Option<&'static str>,
@@ -350,7 +360,20 @@ impl LoadState {
     /// LRS stream `stream` ended: its client no longer reports.
     pub fn stop_reporting(&mut self, stream: u64, now: Instant) {
         self.reporters.remove(&stream);
+        self.log.close(stream, now);
         self.refresh_idle(now);
+    }
+
+    /// The reports as they came, by LRS stream ([`crate::reports`]).
+    pub fn log(&mut self) -> &mut ReportLog {
+        &mut self.log
+    }
+
+    /// Every node's recent reports at `now`, or `node`'s only (`GET
+    /// /load`): copies of the handles, decoded by [`Kept::page`] once the
+    /// lock is let go.
+    pub fn kept_reports(&self, node: Option<&str>, now: Instant) -> Kept {
+        self.log.kept(node, now)
     }
 
     /// Every DRAINING endpoint's verdict at `now`, then the endpoints
@@ -618,7 +641,7 @@ impl LoadState {
             let state = if r.last <= since {
                 unknown = true;
                 "no report since draining"
-            } else if load.requests > 0 || load.sessions.is_some_and(|s| s > 0) {
+            } else if load.requests > 0 {
                 busy = true;
                 "busy"
             } else {
@@ -765,6 +788,31 @@ mod tests {
         let mut locality_only = per_locality(0);
         locality_only.add(per_endpoint(2));
         assert_eq!(locality_only.endpoints.unwrap()[&b].requests, 2);
+    }
+
+    #[test]
+    fn sessions_pinned_without_requests_are_shown_but_idle() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut s = LoadState::default();
+        s.hold(1, "tether-1", BTreeSet::from(["shop".to_owned()]), t0);
+        s.set_draining(BTreeSet::from([draining()]), at(0));
+        let with_sessions = |requests: u64| {
+            let mut r = per_endpoint(requests);
+            if let Some(e) = r.endpoints.as_mut() {
+                e.get_mut(&B.parse().unwrap()).unwrap().sessions = Some(3);
+            }
+            r
+        };
+        s.report(10, "tether-1", "shop", with_sessions(2), at(1));
+        assert_eq!(verdict(&s, at(1)).0, "busy");
+        // Its calls stop, its sessions stay pinned (until its idle
+        // timeout): idle since the last request, the sessions shown.
+        s.report(10, "tether-1", "shop", with_sessions(0), at(2));
+        assert_eq!(verdict(&s, at(4)), ("idle", Some(3.0)));
+        let client = &s.status(at(4)).endpoints[0].clients[0];
+        assert_eq!((client.state, client.sessions), ("idle", Some(3)));
+        assert_eq!(client.requests, Some(0));
     }
 
     #[test]

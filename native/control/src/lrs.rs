@@ -5,7 +5,14 @@
 //! status ([`crate::load`]). The answer is sent again when the snapshot
 //! changes what the client should report. A report for a cluster nobody
 //! asked about, or with figures no client could have counted, is logged
-//! and left out.
+//! and left out. The clusters accepted are also kept as they came, for
+//! `GET /load` ([`crate::reports`]); the ones left out are not.
+//!
+//! An endpoint's `tether.sessions` named metric (tether's channel sends
+//! it: one "request" whose value is the sessions it pins there) becomes
+//! [`EndpointLoad::sessions`]; a value no client could hold (negative, not
+//! a number, 10^12 or more) is logged and ignored, the rest of the report
+//! kept.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -26,6 +33,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::load::{ClusterReport, DrainingEndpoint, EndpointLoad};
 use crate::server::{ControlPlane, Snapshot};
 use crate::translate::Flavor;
+use tether_xds::load_report::SESSIONS_METRIC;
 use tether_xds::resource::ResourceKind;
 
 /// The interval asked for when no service asks for reports (clients then
@@ -130,6 +138,7 @@ async fn run(
                         let n = request.node.clone().unwrap_or_default();
                         let flavor = if n.user_agent_name == "envoy" { Flavor::Envoy } else { Flavor::Proxyless };
                         log::info!("load reports from node {:?}", n.id);
+                        plane.load(|l| l.log().open(stream, &n.id, Instant::now()));
                         node = Some((n.id, flavor));
                     }
                     let Some((id, flavor)) = &node else { continue };
@@ -175,6 +184,9 @@ fn record(
 ) {
     let now = Instant::now();
     let mut by_service: BTreeMap<String, ClusterReport> = BTreeMap::new();
+    // The accepted clusters' stats as a `LoadStatsRequest`'s (field 2),
+    // for `GET /load`: encoded here, outside the lock.
+    let mut accepted = Vec::new();
     for stats in &request.cluster_stats {
         let service = if stats.cluster_service_name.is_empty() {
             services.get(&stats.cluster_name).cloned()
@@ -189,8 +201,11 @@ fn record(
             );
             continue;
         };
-        match report(stats) {
-            Ok(r) => by_service.entry(service).or_default().add(r),
+        match report(node, stats) {
+            Ok(r) => {
+                by_service.entry(service).or_default().add(r);
+                prost::encoding::message::encode(2, stats, &mut accepted);
+            }
             Err(why) => log::warn!(
                 "node {node:?} reported load for cluster {:?} that is left out: {why}",
                 stats.cluster_name
@@ -198,14 +213,17 @@ fn record(
         }
     }
     plane.load(|l| {
+        if !accepted.is_empty() {
+            l.log().record(stream, accepted, now);
+        }
         for (service, r) in by_service {
             l.report(stream, node, &service, r, now);
         }
     });
 }
 
-/// One cluster's stats as the verdicts read them.
-fn report(stats: &epb::ClusterStats) -> Result<ClusterReport, String> {
+/// One cluster's stats from `node` as the verdicts read them.
+fn report(node: &str, stats: &epb::ClusterStats) -> Result<ClusterReport, String> {
     let mut out = ClusterReport::default();
     for l in &stats.upstream_locality_stats {
         let load = l
@@ -235,7 +253,36 @@ fn report(stats: &epb::ClusterStats) -> Result<ClusterReport, String> {
             let endpoints = out.endpoints.get_or_insert_with(BTreeMap::new);
             let entry: &mut EndpointLoad = endpoints.entry(address).or_default();
             entry.requests += requests;
+            match sessions(&e.load_metric_stats) {
+                Ok(None) => {}
+                Ok(Some(n)) => entry.sessions = Some(entry.sessions.unwrap_or(0) + n),
+                Err(why) => log::warn!(
+                    "node {node:?} reported {SESSIONS_METRIC} for endpoint {address} of cluster \
+                     {:?} that is ignored: {why}",
+                    stats.cluster_name
+                ),
+            }
         }
+    }
+    Ok(out)
+}
+
+/// The sessions an endpoint's `tether.sessions` metric says: its total
+/// over its count, rounded; `None` without the metric (or a count of 0).
+fn sessions(metrics: &[epb::EndpointLoadMetricStats]) -> Result<Option<u64>, String> {
+    let mut out = None;
+    for m in metrics.iter().filter(|m| m.metric_name == SESSIONS_METRIC) {
+        if m.num_requests_finished_with_metric == 0 {
+            continue;
+        }
+        let n = m.total_metric_value / m.num_requests_finished_with_metric as f64;
+        if !(0.0..ABSURD as f64).contains(&n) {
+            return Err(format!(
+                "a total of {} over {}",
+                m.total_metric_value, m.num_requests_finished_with_metric
+            ));
+        }
+        out = Some(out.unwrap_or(0) + n.round() as u64);
     }
     Ok(out)
 }
@@ -246,7 +293,7 @@ pub(crate) fn locality_key(l: Option<&core::Locality>) -> String {
     format!("{}/{}/{}", l.region, l.zone, l.sub_zone)
 }
 
-fn socket_address(a: Option<&core::Address>) -> Option<SocketAddr> {
+pub(crate) fn socket_address(a: Option<&core::Address>) -> Option<SocketAddr> {
     match a?.address.as_ref()? {
         core::address::Address::SocketAddress(s) => {
             let ip: IpAddr = s.address.parse().ok()?;
@@ -331,23 +378,56 @@ mod tests {
 
     #[test]
     fn reports_reduce_to_requests_per_locality_and_endpoint() {
-        let r = report(&stats(4, vec![endpoint("10.0.0.2", 8080, 3)])).unwrap();
+        let r = report("n", &stats(4, vec![endpoint("10.0.0.2", 8080, 3)])).unwrap();
         assert_eq!(r.localities["us/a/"], 5, "issued plus in progress");
         let endpoints = r.endpoints.unwrap();
         assert_eq!(endpoints[&"10.0.0.2:8080".parse().unwrap()].requests, 3);
         // Per locality only (C-core): no endpoint figures at all.
-        assert!(report(&stats(4, vec![])).unwrap().endpoints.is_none());
+        assert!(report("n", &stats(4, vec![])).unwrap().endpoints.is_none());
+    }
+
+    fn with_sessions(total: f64, num: u64) -> epb::UpstreamEndpointStats {
+        let mut e = endpoint("10.0.0.2", 8080, 0);
+        e.load_metric_stats = vec![
+            epb::EndpointLoadMetricStats {
+                metric_name: "other".into(),
+                num_requests_finished_with_metric: 1,
+                total_metric_value: 99.0,
+            },
+            epb::EndpointLoadMetricStats {
+                metric_name: SESSIONS_METRIC.into(),
+                num_requests_finished_with_metric: num,
+                total_metric_value: total,
+            },
+        ];
+        e
+    }
+
+    #[test]
+    fn the_sessions_metric_is_read_and_absurd_values_ignored() {
+        let b: SocketAddr = "10.0.0.2:8080".parse().unwrap();
+        let sessions_of = |e| report("n", &stats(0, vec![e])).unwrap().endpoints.unwrap()[&b];
+        assert_eq!(sessions_of(with_sessions(3.0, 1)).sessions, Some(3));
+        // Two intervals' worth added up by a client: the mean, rounded.
+        assert_eq!(sessions_of(with_sessions(5.0, 2)).sessions, Some(3));
+        assert_eq!(sessions_of(with_sessions(0.0, 1)).sessions, Some(0));
+        assert_eq!(sessions_of(with_sessions(4.0, 0)).sessions, None);
+        assert_eq!(sessions_of(endpoint("10.0.0.2", 8080, 0)).sessions, None);
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 1e13] {
+            let load = sessions_of(with_sessions(bad, 1));
+            assert_eq!(load.sessions, None, "{bad}");
+        }
     }
 
     #[test]
     fn absurd_figures_and_bad_addresses_are_refused() {
-        let e = report(&stats(u64::MAX, vec![])).unwrap_err();
+        let e = report("n", &stats(u64::MAX, vec![])).unwrap_err();
         assert!(e.contains("us/a/"), "{e}");
-        let e = report(&stats(1, vec![endpoint("10.0.0.2", 8080, ABSURD)])).unwrap_err();
+        let e = report("n", &stats(1, vec![endpoint("10.0.0.2", 8080, ABSURD)])).unwrap_err();
         assert!(e.contains("10.0.0.2:8080"), "{e}");
-        let e = report(&stats(1, vec![endpoint("not-an-ip", 8080, 1)])).unwrap_err();
+        let e = report("n", &stats(1, vec![endpoint("not-an-ip", 8080, 1)])).unwrap_err();
         assert!(e.contains("not IP:PORT"), "{e}");
-        let e = report(&stats(1, vec![endpoint("10.0.0.2", 70000, 1)])).unwrap_err();
+        let e = report("n", &stats(1, vec![endpoint("10.0.0.2", 70000, 1)])).unwrap_err();
         assert!(e.contains("not IP:PORT"), "{e}");
     }
 }

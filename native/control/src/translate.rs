@@ -318,7 +318,7 @@ fn translate_for(config: &Config, resolved: &Resolved) -> Translated {
         load_reporting: config
             .services
             .iter()
-            .filter_map(|s| Some((s.name.clone(), s.load_reporting?.interval.0)))
+            .filter_map(|s| Some((s.name.clone(), s.load_reporting.as_ref()?.interval.0)))
             .collect(),
         drain: config
             .services
@@ -1004,6 +1004,11 @@ fn cluster(
             )),
             ..Default::default()
         });
+    }
+    // The backends' ORCA metrics the reports carry (gRFC A85): Envoy adds
+    // them to its reports too.
+    if let Some(l) = &spec.load_reporting {
+        c.lrs_report_endpoint_metrics = l.endpoint_metrics.clone();
     }
     match (&spec.tls, flavor) {
         (Some(t), Flavor::Proxyless) => c.transport_socket = Some(upstream_tls(t)),

@@ -9,27 +9,14 @@ mod control_support;
 
 use std::time::Duration;
 
-use control_support::{echo_drain_yaml, session_cookie, Control, TempDir};
-use tether_proto::demo::v1::echo_client::EchoClient;
-use tether_proto::demo::v1::EchoRequest;
+use control_support::{echo_drain_yaml, echo_with_cookie, session_cookie, Control, TempDir};
 use tether_testkit::grpc::GrpcBackend;
 
 /// One Echo call with `cookie`; the backend that answered.
 async fn call(channel: &tether::Channel, cookie: &str) -> String {
-    let mut client = EchoClient::new(channel.clone());
-    let mut request = tonic::Request::new(EchoRequest {
-        message: "x".into(),
-    });
-    request.set_timeout(Duration::from_secs(10));
-    request
-        .metadata_mut()
-        .insert("cookie", cookie.parse().unwrap());
-    client
-        .echo(request)
+    echo_with_cookie(channel, cookie)
         .await
         .unwrap_or_else(|e| panic!("call with {cookie}: {e}"))
-        .into_inner()
-        .backend
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,4 +83,41 @@ async fn the_channel_reports_load_so_a_draining_endpoint_turns_busy_then_idle() 
         serde_json::json!(["echo"]),
         "{status}"
     );
+}
+
+/// The channel's `tether.sessions` metric: a session pinned to a DRAINING
+/// endpoint is reported per endpoint as the sessions there, which the
+/// drain status shows for the channel; with no calls left the endpoint
+/// turns idle while the session stays counted (within its idle timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_channel_reports_the_sessions_pinned_to_a_draining_endpoint() {
+    let echo1 = GrpcBackend::start("echo-1").await;
+    let echo2 = GrpcBackend::start("echo-2").await;
+    let (a1, a2) = (echo1.addr(), echo2.addr());
+    let yaml = echo_drain_yaml(a1, "us/a", a2, "us/a");
+    let control = Control::start_with_admin(&yaml).await;
+    let dir = TempDir::new("channel-lrs-sessions");
+    let bootstrap = dir.bootstrap(&control.bootstrap_json("tether-channel"));
+    let channel = tether::Channel::builder()
+        .bootstrap(tether_xds::Bootstrap::from_file(&bootstrap).unwrap())
+        .connect("xds:///echo.tether.test")
+        .unwrap();
+
+    // One call pins one session to echo-2.
+    assert_eq!(call(&channel, &session_cookie(a2)).await, "echo-2");
+    let pinned = control
+        .until_drain(a2, "the channel's session on echo-2 reported", |e| {
+            e["clients"][0]["sessions"] == 1
+        })
+        .await;
+    assert_eq!(pinned["clients"][0]["node"], "tether-channel", "{pinned}");
+    assert_eq!(pinned["clients"][0]["granularity"], "endpoint", "{pinned}");
+
+    // No more calls: idle, the session still shown.
+    let idle = control
+        .until_drain(a2, "the channel's calls stopped", |e| {
+            e["verdict"] == "idle"
+        })
+        .await;
+    assert_eq!(idle["clients"][0]["sessions"], 1, "{idle}");
 }

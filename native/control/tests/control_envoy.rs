@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use control_support::Control;
+use control_support::{status_client, status_load, Control};
 use tether_testkit::backend::HttpBackend;
 use tether_testkit::client;
 use tether_testkit::envoy::{ads_bootstrap, Envoy};
@@ -709,6 +709,25 @@ async fn envoy_load_reports_tell_when_a_draining_backend_is_idle() {
     assert_eq!(client["node"], "envoy-under-test", "{busy}");
     assert_eq!(client["granularity"], "endpoint", "{busy}");
     assert!(client["requests"].as_u64() > Some(0), "{busy}");
+    // The status page shows Envoy's node and its load on the endpoint.
+    let status = control
+        .until_status("Envoy's load on the DRAINING endpoint", |s| {
+            status_load(s, "web", pinned_addr, "envoy-under-test")["requests"].as_u64() > Some(0)
+        })
+        .await;
+    let load = status_load(&status, "web", pinned_addr, "envoy-under-test");
+    assert_eq!(load["granularity"], "endpoint", "{status}");
+    let envoy_client = status_client(&status, "envoy-under-test");
+    assert_eq!(
+        envoy_client["streams"],
+        serde_json::json!(["ADS", "LRS"]),
+        "{status}"
+    );
+    assert_eq!(
+        envoy_client["reports"],
+        serde_json::json!(["web"]),
+        "{status}"
+    );
 
     // The session ends: Envoy's next reports show no request to it.
     stop.store(true, std::sync::atomic::Ordering::SeqCst);

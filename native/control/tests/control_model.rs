@@ -530,6 +530,34 @@ fn cluster(flavor: Flavor, name: &str) -> cpb::Cluster {
 }
 
 #[test]
+fn load_reporting_asks_for_lrs_and_the_backends_orca_metrics() {
+    let yaml = BASE.replace(
+        "    protocol: h2c\n",
+        "    protocol: h2c\n    loadReporting: { interval: 1s, endpointMetrics: [cpu_utilization, \"named_metrics.*\", named_metrics.foo] }\n",
+    );
+    let t = translate(&Config::parse(&yaml).unwrap());
+    assert_eq!(t.load_reporting["web"], std::time::Duration::from_secs(1));
+    let metrics = ["cpu_utilization", "named_metrics.*", "named_metrics.foo"];
+    for flavor in [Flavor::Proxyless, Flavor::Envoy] {
+        // Every cluster of the service, whatever its strategy.
+        for name in ["web", "web/ring-hash", "web/session"] {
+            let any = &t.for_flavor(flavor)[&ResourceKind::Cluster][name];
+            let c = cpb::Cluster::decode(any.value.as_slice()).unwrap();
+            assert_eq!(c.lrs_report_endpoint_metrics, metrics, "{flavor:?} {name}");
+            // Envoy reports through its bootstrap's load stats config.
+            assert_eq!(
+                c.lrs_server.is_some(),
+                flavor == Flavor::Proxyless,
+                "{name}"
+            );
+        }
+    }
+    // A service without loadReporting asks for neither.
+    let api = cluster(Flavor::Proxyless, "api");
+    assert!(api.lrs_server.is_none() && api.lrs_report_endpoint_metrics.is_empty());
+}
+
+#[test]
 fn translation_for_envoy_and_proxyless() {
     let t = translate(&Config::parse(BASE).unwrap());
     // Envoy: one TCP listener; proxyless: an API listener per virtual host.

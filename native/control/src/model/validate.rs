@@ -591,8 +591,29 @@ fn load_reporting(s: &ServiceSpec, l: &LoadReportingSpec, at: &str) -> Result<()
             "must be from 0.1s to 1h",
         ));
     }
+    for (i, metric) in l.endpoint_metrics.iter().enumerate() {
+        let named = metric.strip_prefix(tether_xds::load_report::NAMED_METRICS_PREFIX);
+        let known =
+            ORCA_UTILIZATIONS.contains(&metric.as_str()) || named.is_some_and(|k| !k.is_empty());
+        if !known {
+            return Err(ModelError::invalid(
+                format!("{at}.loadReporting.endpointMetrics[{i}]"),
+                metric,
+                "is not an ORCA metric: cpu_utilization, mem_utilization, \
+                 application_utilization, named_metrics.KEY or named_metrics.*",
+            ));
+        }
+    }
     Ok(())
 }
+
+/// The ORCA utilizations `loadReporting.endpointMetrics` may name (beside
+/// named metrics), as gRFC A85 spells them.
+const ORCA_UTILIZATIONS: [&str; 3] = [
+    "cpu_utilization",
+    "mem_utilization",
+    "application_utilization",
+];
 
 /// Bounds of `loadReporting.interval`.
 const MIN_LOAD_REPORTING: Duration = Duration::from_millis(100);
@@ -1375,6 +1396,31 @@ services:
         format!(
             "services:\n  - name: api\n{extra}    endpoints:\n      - address: 127.0.0.1:9001\n"
         )
+    }
+
+    #[test]
+    fn endpoint_metrics_must_be_orca_metrics() {
+        let metrics = |list: &str| {
+            service(&format!(
+                "    loadReporting: {{ interval: 1s, endpointMetrics: {list} }}\n"
+            ))
+        };
+        let good = "[cpu_utilization, mem_utilization, application_utilization, \"named_metrics.*\", named_metrics.foo]";
+        let config = Config::parse(&metrics(good)).unwrap();
+        let spec = config.services[0].load_reporting.as_ref().unwrap();
+        assert_eq!(spec.endpoint_metrics.len(), 5);
+        assert_eq!(
+            err(&metrics("[cpu_utilization, named_metrics.]")),
+            "services[0].loadReporting.endpointMetrics[1]: \"named_metrics.\" is not an ORCA \
+             metric: cpu_utilization, mem_utilization, application_utilization, \
+             named_metrics.KEY or named_metrics.* at line 3 column 71"
+        );
+        assert_eq!(
+            err(&metrics("[cpu]")),
+            "services[0].loadReporting.endpointMetrics[0]: \"cpu\" is not an ORCA metric: \
+             cpu_utilization, mem_utilization, application_utilization, named_metrics.KEY or \
+             named_metrics.* at line 3 column 54"
+        );
     }
 
     #[test]

@@ -199,6 +199,18 @@ impl Control {
         }
     }
 
+    /// `GET /status` (the admin listener) once it satisfies `want`; panics
+    /// after 30 s, naming `what` and the last page.
+    #[allow(dead_code)]
+    pub async fn until_status(
+        &self,
+        what: &str,
+        want: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let admin = self.admin.expect("started with --admin");
+        tether_testkit::client::until_json(admin, "/status", what, want).await
+    }
+
     /// The admin listener's `/metrics` page.
     #[allow(dead_code)]
     pub async fn metrics(&self) -> String {
@@ -263,12 +275,60 @@ impl Control {
     }
 }
 
+/// What `GET /status` (`status`) shows of `node`'s load on the endpoint
+/// `address` of `cluster`: its entry in the endpoint's `load`, or `null`.
+#[allow(dead_code)]
+pub fn status_load(
+    status: &serde_json::Value,
+    cluster: &str,
+    address: SocketAddr,
+    node: &str,
+) -> serde_json::Value {
+    status["clusters"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == cluster))
+        .and_then(|c| c["endpoints"].as_array())
+        .and_then(|e| e.iter().find(|e| e["address"] == address.to_string()))
+        .and_then(|e| e["load"].as_array())
+        .and_then(|l| l.iter().find(|l| l["node"] == node))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `node`'s entry in `GET /status`'s `clients` (`status`), or `null`.
+#[allow(dead_code)]
+pub fn status_client(status: &serde_json::Value, node: &str) -> serde_json::Value {
+    status["clients"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["node"] == node))
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// The virtual host `echo.tether.test` behind C-core's session cookie
 /// (`grpc-session`, sessions kept on DRAINING endpoints) to the service
 /// `echo`, which reports load every 0.5 s: `a1` HEALTHY in `locality1`,
 /// `a2` DRAINING in `locality2`.
 #[allow(dead_code)]
 pub fn echo_drain_yaml(a1: SocketAddr, locality1: &str, a2: SocketAddr, locality2: &str) -> String {
+    echo_session_yaml(
+        "0.5s",
+        &[(a1, locality1, "HEALTHY"), (a2, locality2, "DRAINING")],
+    )
+}
+
+/// The virtual host `echo.tether.test` behind C-core's session cookie
+/// (`grpc-session`, sessions kept on DRAINING endpoints) to the service
+/// `echo`, which reports load every `interval`, over `endpoints` (address,
+/// locality, health).
+#[allow(dead_code)]
+pub fn echo_session_yaml(interval: &str, endpoints: &[(SocketAddr, &str, &str)]) -> String {
+    let mut eps = String::new();
+    for (address, locality, health) in endpoints {
+        eps += &format!(
+            "      - address: {address}\n        locality: {locality}\n        health: {health}\n"
+        );
+    }
     format!(
         r#"virtualhosts:
   - name: echo.tether.test
@@ -282,15 +342,30 @@ pub fn echo_drain_yaml(a1: SocketAddr, locality1: &str, a2: SocketAddr, locality
 services:
   - name: echo
     protocol: h2c
-    loadReporting: {{ interval: 0.5s }}
+    loadReporting: {{ interval: {interval} }}
     endpoints:
-      - address: {a1}
-        locality: {locality1}
-      - address: {a2}
-        locality: {locality2}
-        health: DRAINING
-"#
+{eps}"#
     )
+}
+
+/// One Echo call over `channel` with the metadata `cookie` (10 s
+/// deadline); the backend that answered.
+#[allow(dead_code)]
+pub async fn echo_with_cookie(
+    channel: &tether::Channel,
+    cookie: &str,
+) -> Result<String, tonic::Status> {
+    let mut request = tonic::Request::new(tether_testkit::grpc::EchoRequest {
+        message: "x".into(),
+    });
+    request.set_timeout(std::time::Duration::from_secs(10));
+    request
+        .metadata_mut()
+        .insert("cookie", cookie.parse().expect("a cookie metadata value"));
+    tether_testkit::grpc::EchoClient::new(channel.clone())
+        .echo(request)
+        .await
+        .map(|r| r.into_inner().backend)
 }
 
 /// The grpcio client over `bootstrap`: python3's grpcio, or one installed

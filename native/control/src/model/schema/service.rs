@@ -69,11 +69,17 @@ pub struct ServiceSpec {
 }
 
 /// `loadReporting` of a service.
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct LoadReportingSpec {
     /// How often clients report (LRS's `load_reporting_interval`).
     pub interval: DurationField,
+    /// The backends' ORCA metrics the clients add to their reports (gRFC
+    /// A85, CDS `lrs_report_endpoint_metrics`): `cpu_utilization`,
+    /// `mem_utilization`, `application_utilization`, `named_metrics.KEY`,
+    /// or `named_metrics.*` for every named metric.
+    #[serde(default, rename = "endpointMetrics")]
+    pub endpoint_metrics: Vec<String>,
 }
 
 /// `drain` of a service: when its DRAINING endpoints leave EDS. Either
