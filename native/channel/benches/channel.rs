@@ -1122,6 +1122,9 @@ enum Kind {
     TetherSession,
     TetherSessionLayer,
     TetherSessions,
+    /// The one endpoint recording gRPC's metrics (A66) into the
+    /// OpenTelemetry SDK, read by its Prometheus exporter.
+    TetherOtel,
     TetherXds,
     /// The same xDS cluster reporting load (LRS every second).
     TetherXdsLrs,
@@ -1135,7 +1138,7 @@ enum Kind {
 }
 
 impl Kind {
-    const ALL: [Kind; 17] = [
+    const ALL: [Kind; 18] = [
         Kind::Plain,
         Kind::Balance,
         Kind::TetherOne,
@@ -1144,6 +1147,7 @@ impl Kind {
         Kind::TetherSession,
         Kind::TetherSessionLayer,
         Kind::TetherSessions,
+        Kind::TetherOtel,
         Kind::TetherXds,
         Kind::TetherXdsLrs,
         Kind::TonicXds,
@@ -1169,6 +1173,9 @@ impl Kind {
                 "tether::Channel static + sessions, one jar as a layer: pinned to 1"
             }
             Kind::TetherSessions => "tether::Channel static + sessions, a jar per task over 3",
+            Kind::TetherOtel => {
+                "tether::Channel static, 1 endpoint, A66 metrics (OpenTelemetry SDK, Prometheus exporter)"
+            }
             Kind::TetherXds => "tether::Channel xDS (tether-control), round robin over 3",
             Kind::TetherXdsLrs => {
                 "tether::Channel xDS + load reports (LRS every 1 s), round robin over 3"
@@ -1198,6 +1205,7 @@ impl Kind {
             Kind::TetherSession => "session",
             Kind::TetherSessionLayer => "session_layer",
             Kind::TetherSessions => "sessions",
+            Kind::TetherOtel => "otel",
             Kind::TetherXds => "xds",
             Kind::TetherXdsLrs => "xds_lrs",
             Kind::TonicXds => "tonic_xds",
@@ -1227,7 +1235,9 @@ impl Kind {
             Kind::Plain => None,
             Kind::Balance | Kind::TetherOne | Kind::TetherDns => Some(Kind::Plain),
             Kind::TetherStatic | Kind::TetherXds | Kind::TonicXds => Some(Kind::Balance),
-            Kind::TetherSession | Kind::TetherSessionLayer => Some(Kind::TetherOne),
+            Kind::TetherSession | Kind::TetherSessionLayer | Kind::TetherOtel => {
+                Some(Kind::TetherOne)
+            }
             // One calling task is one session, pinned to one endpoint: its
             // calls take the path of the channel over one endpoint, not
             // round robin's over three.
@@ -1548,6 +1558,16 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
             })
             .map_err(|e| e.to_string())?,
         )),
+        Kind::TetherOtel => Client::Tether(EchoClient::new(
+            tether::Channel::builder()
+                .telemetry(bench_telemetry())
+                .connect_static({
+                    let mut one = all(EndpointPolicy::RoundRobin, None)?;
+                    one.endpoints = vec![StaticEndpoint::new(addrs[0])];
+                    one
+                })
+                .map_err(|e| e.to_string())?,
+        )),
         Kind::TetherSession | Kind::TetherSessionLayer | Kind::TetherSessions => {
             let cookie =
                 CookieSpec::new("grpc-session", "/", Duration::from_secs(3600), Vec::new())
@@ -1656,6 +1676,7 @@ async fn client(kind: Kind, addrs: &[SocketAddr]) -> Result<Client, String> {
         | Kind::TetherDns
         | Kind::TetherSession
         | Kind::TetherSessionLayer
+        | Kind::TetherOtel
         | Kind::TonicTls
         | Kind::TetherTls
         | Kind::TetherXdsMtls => 1,
@@ -2136,6 +2157,16 @@ impl Summary {
                     );
                 }
             }
+            if let (Some(one), Some(otel)) = (per(Kind::TetherOne), per(Kind::TetherOtel)) {
+                println!(
+                    "{}",
+                    goal_line(
+                        "  with gRPC's metrics (A66, OpenTelemetry SDK + Prometheus exporter) ≤ 1.10 × without",
+                        otel <= 1.10 * one,
+                        &format!("{:.3}", otel / one)
+                    )
+                );
+            }
             if let (Some(xds), Some(lrs)) = (per(Kind::TetherXds), per(Kind::TetherXdsLrs)) {
                 println!(
                     "{}",
@@ -2258,12 +2289,31 @@ fn fmt_dur(d: Duration) -> String {
 /// The configurations whose instructions per call are counted: plain tonic,
 /// the channel over the same one endpoint, and the same with a session (its
 /// jar in the channel handle, and as a layer).
-const COUNTED: [Kind; 4] = [
+const COUNTED: [Kind; 5] = [
     Kind::Plain,
     Kind::TetherOne,
     Kind::TetherSession,
     Kind::TetherSessionLayer,
+    Kind::TetherOtel,
 ];
+
+/// gRPC's metrics for the `otel` configuration: the OpenTelemetry SDK with
+/// the Prometheus exporter (a pull exporter: what a call costs is the SDK's
+/// aggregation, as in a served process between scrapes). One provider for
+/// the process, kept for its life.
+fn bench_telemetry() -> tether::Telemetry {
+    static PROVIDER: OnceLock<opentelemetry_sdk::metrics::SdkMeterProvider> = OnceLock::new();
+    let provider = PROVIDER.get_or_init(|| {
+        let exporter = opentelemetry_prometheus::exporter()
+            .with_registry(prometheus::Registry::new())
+            .build()
+            .expect("the Prometheus exporter");
+        opentelemetry_sdk::metrics::SdkMeterProvider::builder()
+            .with_reader(exporter)
+            .build()
+    });
+    tether::Telemetry::builder(provider).build()
+}
 
 /// The same over xDS: tether::Channel and tonic-xds over the same
 /// tether-control resources (the parent's ADS server) and backends.
