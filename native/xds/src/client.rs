@@ -44,8 +44,10 @@ mod connect;
 mod lrs;
 mod pool;
 mod state;
+pub mod stats;
 
 pub use lrs::SEND_ALL_CLUSTERS;
+pub use stats::{XdsClientFigures, XdsClientMetrics};
 
 /// gRFC A57's does-not-exist timeout.
 pub const DOES_NOT_EXIST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -269,6 +271,8 @@ pub struct XdsClient {
     certificate_providers:
         Arc<std::collections::BTreeMap<String, crate::bootstrap::CertificateProvider>>,
     load: Arc<LoadReporting>,
+    /// What gRFC A78's metrics read.
+    stats: Arc<stats::ClientStats>,
     _stopper: Arc<Stopper>,
 }
 
@@ -380,6 +384,7 @@ impl XdsClient {
             None => Backoff::new(options.backoff),
         };
         let actor_channel = channel.clone();
+        let stats = Arc::new(stats::ClientStats::default());
         let actor = actor::Actor {
             shared: Arc::downgrade(&shared),
             cmd_rx,
@@ -387,7 +392,8 @@ impl XdsClient {
             server_uri: server.server_uri.clone(),
             call_creds,
             secure,
-            ads: state::Ads::new(state::Config::new(&bootstrap, &server, &options), backoff),
+            ads: state::Ads::new(state::Config::new(&bootstrap, &server, &options), backoff)
+                .with_stats(stats.clone()),
         };
         let handle = tokio::spawn(actor.run());
         let store = crate::load_report::LoadStore::new();
@@ -416,6 +422,7 @@ impl XdsClient {
                 start: Mutex::new(Some(lrs)),
                 stream: std::sync::OnceLock::new(),
             }),
+            stats,
             _stopper: Arc::new(Stopper(handle.abort_handle())),
         };
         pool::add(key, &client);
@@ -506,6 +513,16 @@ impl XdsClient {
             rx,
             shared: self.shared.clone(),
         }
+    }
+
+    /// What a metrics exporter polls of this client (gRFC A78): a handle
+    /// that does not keep the client running.
+    pub fn metrics(&self) -> XdsClientMetrics {
+        XdsClientMetrics::new(
+            Arc::downgrade(&self.shared),
+            self.stats.clone(),
+            self.server_uri.clone(),
+        )
     }
 
     /// Every watched resource and its state, sorted by kind and name (what

@@ -661,6 +661,9 @@ impl ChannelBuilder {
             .then(|| ProviderStore::new(client.certificate_providers().clone()));
         let options = self.subchannel.clone();
         let mut inner = self.start(target, &authority, true, providers, options, None)?;
+        if let Some(m) = &inner.metrics {
+            m.watch_xds_client(&client);
+        }
         let task = tokio::spawn(resolver::xds::run(client, name, inner.control.clone()));
         inner.tasks.push(task.abort_handle());
         Ok(Channel {

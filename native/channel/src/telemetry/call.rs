@@ -79,6 +79,14 @@ impl ChannelMetrics {
         added.unwrap_or_else(|| KeyValue::new("grpc.method", "other"))
     }
 
+    /// Polls `client` for A78's XdsClient instruments, labelled with this
+    /// channel's target.
+    pub(crate) fn watch_xds_client(&self, client: &tether_xds::XdsClient) {
+        self.instruments
+            .xds_clients
+            .add(&self.target, client.metrics());
+    }
+
     /// A session call ended as `outcome` says.
     pub(crate) fn session(&self, outcome: SessionOutcome) {
         let i = &self.instruments;

@@ -14,6 +14,11 @@
 //! | `grpc.client.call.transparent_retries` (A96, off by default) | histogram (1..10) | `{transparent_retry}` | `grpc.method`, `grpc.target` |
 //! | `grpc.client.call.retry_delay` (A96, off by default) | histogram (latency) | `s` | `grpc.method`, `grpc.target` |
 //!
+//! | `grpc.xds_client.connected` (A78, off by default) | gauge | `{bool}` | `grpc.target`, `grpc.xds.server` |
+//! | `grpc.xds_client.server_failure` (A78, off by default) | counter | `{failure}` | `grpc.target`, `grpc.xds.server` |
+//! | `grpc.xds_client.resource_updates_valid` (A78, off by default) | counter | `{resource}` | `grpc.target`, `grpc.xds.server`, `grpc.xds.resource_type` |
+//! | `grpc.xds_client.resource_updates_invalid` (A78, off by default) | counter | `{resource}` | `grpc.target`, `grpc.xds.server`, `grpc.xds.resource_type` |
+//! | `grpc.xds_client.resources` (A78, off by default) | gauge | `{resource}` | `grpc.target`, `grpc.xds.authority`, `grpc.xds.cache_state`, `grpc.xds.resource_type` |
 //! | `tether.client.session.calls` | counter | `{call}` | `grpc.target`, `tether.session.call` |
 //! | `tether.client.session.cookies` | counter | `{cookie}` | `grpc.target`, `tether.session.cookie` |
 //! | `tether.client.session.envoy_misreads` | counter | `{call}` | `grpc.target` |
@@ -24,6 +29,16 @@
 //! did; `new`: no cookie; `refused`: a cookie that was invalid, expired or
 //! not verified); each cookie a response set, by why (`new`, `moved`,
 //! `reissued`); and each call pinned by a cookie stock Envoy would misread.
+//!
+//! A78's XdsClient instruments are polled from the channel's XdsClient
+//! when the meter collects (`tether_xds::client::XdsClientMetrics`): a
+//! client shared by channels of one target is read once; one that stopped
+//! is forgotten. `grpc.xds.resource_type` is the type URL without
+//! `type.googleapis.com/`, `grpc.xds.authority` is `#old` for names that
+//! are not `xdstp:`, and `grpc.xds.cache_state` takes C-core's values with
+//! A88's (`requested`, `acked`, `nacked`, `nacked_but_cached`,
+//! `does_not_exist`, `does_not_exist_but_cached`, `received_error`,
+//! `received_error_but_cached`, `timeout`).
 //!
 //! A96's instruments are experimental in gRPC, so off until named in
 //! [`TelemetryBuilder::enable_metric`] (gRFC A79). They are recorded when a
@@ -55,8 +70,11 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 
 use arc_swap::ArcSwapOption;
-use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider};
+use opentelemetry::metrics::{
+    Counter, Histogram, Meter, MeterProvider, ObservableCounter, ObservableGauge,
+};
 use opentelemetry::{InstrumentationScope, KeyValue};
+use tether_xds::client::{XdsClientFigures, XdsClientMetrics};
 
 pub(crate) use call::{
     end_attempt, status_of, AttemptKind, AttemptMetrics, BodyMetrics, CallMetrics, ChannelMetrics,
@@ -102,12 +120,157 @@ pub const RETRY_BUCKETS: [f64; 5] = [1.0, 2.0, 3.0, 4.0, 5.0];
 pub const TRANSPARENT_RETRY_BUCKETS: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0];
 
 /// The instruments gRPC defines as experimental, off unless enabled by
-/// name ([`TelemetryBuilder::enable_metric`], as gRFC A79 says).
-pub const OPTIONAL_METRICS: [&str; 3] = [
+/// name ([`TelemetryBuilder::enable_metric`], as gRFC A79 says): A96's
+/// retry instruments and A78's XdsClient instruments.
+pub const OPTIONAL_METRICS: [&str; 8] = [
     "grpc.client.call.retries",
     "grpc.client.call.transparent_retries",
     "grpc.client.call.retry_delay",
+    "grpc.xds_client.connected",
+    "grpc.xds_client.server_failure",
+    "grpc.xds_client.resource_updates_valid",
+    "grpc.xds_client.resource_updates_invalid",
+    "grpc.xds_client.resources",
 ];
+
+/// The XdsClients of the channels that record with one [`Telemetry`],
+/// each with its channel's `grpc.target`: A78's instruments poll them
+/// when the meter collects. A client that stopped is forgotten then.
+#[derive(Debug, Default)]
+pub(crate) struct XdsClients(std::sync::Mutex<Vec<(KeyValue, XdsClientMetrics)>>);
+
+impl XdsClients {
+    /// Adds `client` for `target` (once per client and target).
+    pub(crate) fn add(&self, target: &KeyValue, client: XdsClientMetrics) {
+        let mut all = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !all.iter().any(|(t, c)| t == target && c.same(&client)) {
+            all.push((target.clone(), client));
+        }
+    }
+
+    /// Calls `f` with each running client's figures.
+    fn each(&self, mut f: impl FnMut(&KeyValue, &XdsClientFigures)) {
+        let mut all = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.retain(|(target, client)| match client.read() {
+            Some(figures) => {
+                f(target, &figures);
+                true
+            }
+            None => false,
+        });
+    }
+}
+
+/// A78's XdsClient instruments, observed when the meter collects; kept so
+/// their callbacks stay registered.
+#[allow(dead_code)]
+#[derive(Debug)]
+struct XdsInstruments {
+    connected: Option<ObservableGauge<u64>>,
+    server_failure: Option<ObservableCounter<u64>>,
+    updates_valid: Option<ObservableCounter<u64>>,
+    updates_invalid: Option<ObservableCounter<u64>>,
+    resources: Option<ObservableGauge<u64>>,
+}
+
+impl XdsInstruments {
+    fn new(meter: &Meter, enabled: &[&'static str], clients: &Arc<XdsClients>) -> Self {
+        let on = |name: &str| enabled.contains(&name);
+        let server = |target: &KeyValue, f: &XdsClientFigures| {
+            [
+                target.clone(),
+                KeyValue::new("grpc.xds.server", f.server.clone()),
+            ]
+        };
+        let connected = on(OPTIONAL_METRICS[3]).then(|| {
+            let clients = clients.clone();
+            meter
+                .u64_observable_gauge(OPTIONAL_METRICS[3])
+                .with_unit("{bool}")
+                .with_description(
+                    "Whether the xDS client has a working ADS stream to the xDS server.",
+                )
+                .with_callback(move |o| {
+                    clients.each(|t, f| o.observe(u64::from(f.connected), &server(t, f)))
+                })
+                .build()
+        });
+        let server_failure = on(OPTIONAL_METRICS[4]).then(|| {
+            let clients = clients.clone();
+            meter
+                .u64_observable_counter(OPTIONAL_METRICS[4])
+                .with_unit("{failure}")
+                .with_description("xDS servers going from healthy to unhealthy.")
+                .with_callback(move |o| {
+                    clients.each(|t, f| o.observe(f.server_failures, &server(t, f)))
+                })
+                .build()
+        });
+        let updates = |name: &'static str, valid: bool| {
+            on(name).then(|| {
+                let clients = clients.clone();
+                meter
+                    .u64_observable_counter(name)
+                    .with_unit("{resource}")
+                    .with_description(if valid {
+                        "Resources received that were valid."
+                    } else {
+                        "Resources received that were invalid."
+                    })
+                    .with_callback(move |o| {
+                        clients.each(|t, f| {
+                            for (kind, ok, bad) in &f.updates {
+                                let [target, server] = server(t, f);
+                                let labels = [
+                                    target,
+                                    server,
+                                    KeyValue::new("grpc.xds.resource_type", *kind),
+                                ];
+                                o.observe(if valid { *ok } else { *bad }, &labels);
+                            }
+                        })
+                    })
+                    .build()
+            })
+        };
+        let updates_valid = updates(OPTIONAL_METRICS[5], true);
+        let updates_invalid = updates(OPTIONAL_METRICS[6], false);
+        let resources = on(OPTIONAL_METRICS[7]).then(|| {
+            let clients = clients.clone();
+            meter
+                .u64_observable_gauge(OPTIONAL_METRICS[7])
+                .with_unit("{resource}")
+                .with_description("xDS resources, by cache state.")
+                .with_callback(move |o| {
+                    clients.each(|t, f| {
+                        for (authority, state, kind, n) in &f.resources {
+                            let labels = [
+                                t.clone(),
+                                KeyValue::new("grpc.xds.authority", authority.clone()),
+                                KeyValue::new("grpc.xds.cache_state", *state),
+                                KeyValue::new("grpc.xds.resource_type", *kind),
+                            ];
+                            o.observe(*n, &labels);
+                        }
+                    })
+                })
+                .build()
+        });
+        XdsInstruments {
+            connected,
+            server_failure,
+            updates_valid,
+            updates_invalid,
+            resources,
+        }
+    }
+}
 
 /// A filter on a label's value: `true` records it, `false` records `other`.
 type AttributeFilter = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -128,12 +291,18 @@ pub(crate) struct Instruments {
     pub(crate) session_calls: Counter<u64>,
     pub(crate) session_cookies: Counter<u64>,
     pub(crate) session_envoy_misreads: Counter<u64>,
+    /// A78's XdsClient instruments, and the clients they read.
+    pub(crate) xds_clients: Arc<XdsClients>,
+    _xds: XdsInstruments,
 }
 
 impl Instruments {
     fn new(meter: &Meter, enabled: &[&'static str]) -> Self {
         let on = |name: &str| enabled.contains(&name);
+        let xds_clients = Arc::new(XdsClients::default());
         Instruments {
+            _xds: XdsInstruments::new(meter, enabled, &xds_clients),
+            xds_clients,
             attempt_started: meter
                 .u64_counter("grpc.client.attempt.started")
                 .with_unit("{attempt}")

@@ -77,6 +77,12 @@ impl Recorder {
                                 );
                             }
                         }
+                        AggregatedMetrics::U64(MetricData::Gauge(g)) => {
+                            for p in g.data_points() {
+                                i.points
+                                    .insert(labels(&mut p.attributes()), (p.value(), 0.0));
+                            }
+                        }
                         other => panic!("{}: unexpected data {other:?}", m.name()),
                     }
                     out.insert(m.name().to_owned(), i);

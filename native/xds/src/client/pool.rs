@@ -30,6 +30,7 @@ struct Pooled {
     certificate_providers:
         Arc<std::collections::BTreeMap<String, crate::bootstrap::CertificateProvider>>,
     load: std::sync::Weak<super::LoadReporting>,
+    stats: Arc<super::stats::ClientStats>,
 }
 
 impl Pooled {
@@ -48,6 +49,7 @@ impl Pooled {
             scope: self.scope.clone(),
             certificate_providers: self.certificate_providers.clone(),
             load: self.load.upgrade()?,
+            stats: self.stats.clone(),
             _stopper: stopper,
         })
     }
@@ -89,5 +91,6 @@ pub(super) fn add(key: Option<PoolKey>, client: &XdsClient) {
         scope: client.scope.clone(),
         certificate_providers: client.certificate_providers.clone(),
         load: Arc::downgrade(&client.load),
+        stats: client.stats.clone(),
     });
 }

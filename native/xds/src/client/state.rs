@@ -154,6 +154,8 @@ pub(super) struct Ads {
     channel_error: Option<XdsError>,
     /// The current stream; `None` between streams.
     stream: Option<StreamState>,
+    /// gRFC A78's figures (counted here, read by the client's metrics).
+    stats: Arc<super::stats::ClientStats>,
 }
 
 impl Ads {
@@ -166,7 +168,14 @@ impl Ads {
             backoff,
             channel_error: None,
             stream: None,
+            stats: Arc::default(),
         }
+    }
+
+    /// Counts into `stats` (shared with the client's metrics).
+    pub fn with_stats(mut self, stats: Arc<super::stats::ClientStats>) -> Self {
+        self.stats = stats;
+        self
     }
 
     /// The earliest resource timer, to wake [`Ads::on_timer`].
@@ -257,6 +266,7 @@ impl Ads {
                 retry_after: None,
             };
         }
+        self.stats.failed();
         let err = XdsError::Connectivity {
             server_uri: self.config.server_uri.clone(),
             node_id: self.config.node.id.clone(),
@@ -348,6 +358,7 @@ impl Ads {
         if let Some(stream) = &mut self.stream {
             if !stream.got_response {
                 stream.got_response = true;
+                self.stats.responded();
                 self.backoff.reset();
                 actions.extend(self.clear_channel_error(subs));
             }
@@ -373,6 +384,8 @@ impl Ads {
         };
         self.track(subs);
         let decoded = Decoded::new(kind, &resp, &self.config);
+        self.stats
+            .updates(kind, decoded.valid.len(), decoded.invalid.len());
         let version = resp.version_info.clone();
         for (_, e) in &decoded.invalid {
             log::warn!("xDS: NACK of version {version:?}: {e}");
