@@ -7,11 +7,12 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
 use http_body::{Body as HttpBody, Frame};
+use opentelemetry::metrics::{BoundCounter, BoundHistogram};
 use opentelemetry::KeyValue;
 use tokio::time::Instant;
 use tonic::body::Body;
@@ -20,14 +21,66 @@ use tonic::Code;
 use super::{AttributeFilter, Instruments, MessageBytes, MAX_METHODS};
 use crate::session::filter::{CookieWritten, SessionCallKind, SessionOutcome};
 
-/// A channel's instruments and labels; each method's label made once.
+/// The per-call instruments bound to one method's labels (the SDK resolves
+/// a label set once, not on every measurement), each status's bound when
+/// a call first ends with it.
+pub(crate) struct MethodInstruments {
+    /// `grpc.method`, `grpc.target`.
+    labels: [KeyValue; 2],
+    started: BoundCounter<u64>,
+    by_status: [OnceLock<StatusInstruments>; 17],
+}
+
+impl std::fmt::Debug for MethodInstruments {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MethodInstruments")
+            .field("labels", &self.labels)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A method's instruments bound with one `grpc.status` too.
+struct StatusInstruments {
+    attempt_duration: BoundHistogram<f64>,
+    attempt_sent: BoundHistogram<u64>,
+    attempt_rcvd: BoundHistogram<u64>,
+    call_duration: BoundHistogram<f64>,
+}
+
+impl MethodInstruments {
+    fn new(instruments: &Instruments, method: KeyValue, target: &KeyValue) -> Self {
+        let labels = [method, target.clone()];
+        MethodInstruments {
+            started: instruments.attempt_started.bind(&labels),
+            labels,
+            by_status: std::array::from_fn(|_| OnceLock::new()),
+        }
+    }
+
+    fn status(&self, instruments: &Instruments, code: Code) -> &StatusInstruments {
+        self.by_status[(code as usize).min(16)].get_or_init(|| {
+            let labels = with_status(&self.labels, code);
+            StatusInstruments {
+                attempt_duration: instruments.attempt_duration.bind(&labels),
+                attempt_sent: instruments.attempt_sent.bind(&labels),
+                attempt_rcvd: instruments.attempt_rcvd.bind(&labels),
+                call_duration: instruments.call_duration.bind(&labels),
+            }
+        })
+    }
+}
+
+/// A channel's instruments and labels; each method's bound once.
 pub(crate) struct ChannelMetrics {
     instruments: Arc<Instruments>,
     target: KeyValue,
     method_filter: Option<AttributeFilter>,
-    /// Method → its label, copied on write (a new method is rare; calls
-    /// read it without a lock).
-    methods: ArcSwap<HashMap<Box<str>, KeyValue>>,
+    /// Method → its instruments, copied on write (a new method is rare;
+    /// calls read it without a lock).
+    methods: ArcSwap<HashMap<Box<str>, Arc<MethodInstruments>>>,
+    /// `grpc.method` `other`, for the methods past [`MAX_METHODS`] and
+    /// those the filter declines.
+    other: OnceLock<Arc<MethodInstruments>>,
 }
 
 impl std::fmt::Debug for ChannelMetrics {
@@ -49,34 +102,48 @@ impl ChannelMetrics {
             target,
             method_filter,
             methods: ArcSwap::default(),
+            other: OnceLock::new(),
         }
     }
 
-    /// The `grpc.method` label of a call to `path` (`/package.Service/Method`).
-    fn method(&self, path: &str) -> KeyValue {
+    fn other(&self) -> Arc<MethodInstruments> {
+        self.other
+            .get_or_init(|| {
+                Arc::new(MethodInstruments::new(
+                    &self.instruments,
+                    KeyValue::new("grpc.method", "other"),
+                    &self.target,
+                ))
+            })
+            .clone()
+    }
+
+    /// The instruments of a call to `path` (`/package.Service/Method`).
+    fn method(&self, path: &str) -> Arc<MethodInstruments> {
         let method = path.strip_prefix('/').unwrap_or(path);
-        if let Some(kv) = self.methods.load().get(method) {
-            return kv.clone();
+        if let Some(m) = self.methods.load().get(method) {
+            return m.clone();
         }
-        let mut added = None;
+        if self.methods.load().len() >= MAX_METHODS {
+            // Past the bound the method is not kept: `other` each time.
+            return self.other();
+        }
+        let made = if self.method_filter.as_ref().is_some_and(|f| !f(method)) {
+            self.other()
+        } else {
+            let name: Arc<str> = Arc::from(method);
+            Arc::new(MethodInstruments::new(
+                &self.instruments,
+                KeyValue::new("grpc.method", name),
+                &self.target,
+            ))
+        };
         self.methods.rcu(|methods| {
             let mut methods = HashMap::clone(methods);
-            let recorded = if methods.len() >= MAX_METHODS
-                || self.method_filter.as_ref().is_some_and(|f| !f(method))
-            {
-                "other".to_owned()
-            } else {
-                method.to_owned()
-            };
-            let kv = KeyValue::new("grpc.method", recorded);
-            // Past the bound the method is not kept: `other` each time.
-            if methods.len() < MAX_METHODS {
-                methods.insert(method.into(), kv.clone());
-            }
-            added = Some(kv);
+            methods.entry(method.into()).or_insert_with(|| made.clone());
             methods
         });
-        added.unwrap_or_else(|| KeyValue::new("grpc.method", "other"))
+        made
     }
 
     /// Polls `client` for A78's XdsClient instruments, labelled with this
@@ -127,7 +194,7 @@ impl ChannelMetrics {
     pub(crate) fn call(self: &Arc<Self>, path: &str) -> CallMetrics {
         CallMetrics {
             shared: Arc::new(CallShared {
-                labels: [self.method(path), self.target.clone()],
+                method: self.method(path),
                 instruments: self.instruments.clone(),
                 start: Instant::now(),
                 retries: AtomicU32::new(0),
@@ -188,8 +255,8 @@ const NO_ATTEMPT_ENDED: u64 = u64::MAX;
 /// its attempts count.
 #[derive(Debug)]
 struct CallShared {
-    /// `grpc.method`, `grpc.target`.
-    labels: [KeyValue; 2],
+    /// The call's method's instruments (and labels).
+    method: Arc<MethodInstruments>,
     instruments: Arc<Instruments>,
     start: Instant,
     /// Attempts after the first that a retry policy made.
@@ -230,10 +297,7 @@ impl CallMetrics {
     /// An attempt of the call starts now (before its pick).
     pub(crate) fn attempt(&self, kind: AttemptKind) -> AttemptMetrics {
         let shared = &self.shared;
-        shared
-            .instruments
-            .attempt_started
-            .add(1, shared.labels.as_slice());
+        shared.method.started.add(1);
         match kind {
             AttemptKind::Original => {}
             AttemptKind::Retry => {
@@ -267,27 +331,30 @@ impl CallMetrics {
             return;
         }
         let shared = &self.shared;
-        let labels = with_status(&shared.labels, code);
         let i = &shared.instruments;
-        i.call_duration
-            .record(shared.start.elapsed().as_secs_f64(), &labels);
+        shared
+            .method
+            .status(i, code)
+            .call_duration
+            .record(shared.start.elapsed().as_secs_f64());
+        let labels = &shared.method.labels;
         // A96: counts only for calls that retried, 0 is not recorded.
         let retries = shared.retries.load(Ordering::Relaxed);
         let transparent = shared.transparent_retries.load(Ordering::Relaxed);
         if let Some(h) = i.call_retries.as_ref().filter(|_| retries > 0) {
-            h.record(u64::from(retries), &shared.labels);
+            h.record(u64::from(retries), labels);
         }
         if let Some(h) = i
             .call_transparent_retries
             .as_ref()
             .filter(|_| transparent > 0)
         {
-            h.record(u64::from(transparent), &shared.labels);
+            h.record(u64::from(transparent), labels);
         }
         if let Some(h) = i.call_retry_delay.as_ref() {
             if retries + transparent > 0 {
                 let delay = shared.delay_ns.load(Ordering::Relaxed) as f64 / 1e9;
-                h.record(delay, &shared.labels);
+                h.record(delay, labels);
             }
         }
     }
@@ -341,13 +408,13 @@ impl AttemptMetrics {
         shared
             .last_end_ns
             .store(shared.since_start_ns(), Ordering::Relaxed);
-        let labels = with_status(&shared.labels, code);
-        let i = &shared.instruments;
-        i.attempt_duration
-            .record(self.start.elapsed().as_secs_f64(), &labels);
+        let bound = shared.method.status(&shared.instruments, code);
+        bound
+            .attempt_duration
+            .record(self.start.elapsed().as_secs_f64());
         let sent = self.sent.as_ref().map_or(0, |s| s.load(Ordering::Relaxed));
-        i.attempt_sent.record(sent, &labels);
-        i.attempt_rcvd.record(self.rcvd.total(), &labels);
+        bound.attempt_sent.record(sent);
+        bound.attempt_rcvd.record(self.rcvd.total());
     }
 }
 

@@ -465,7 +465,7 @@ impl Telemetry {
         };
         Arc::new(ChannelMetrics::new(
             self.instruments.clone(),
-            KeyValue::new("grpc.target", recorded),
+            KeyValue::new("grpc.target", Arc::<str>::from(recorded)),
             self.method_filter.clone(),
         ))
     }
