@@ -17,7 +17,8 @@
 //! Envoy's `envoy.load_balancing_policies.override_host` policy reading the
 //! plugin's header (round robin as the fallback). Proxyless clients never
 //! see the wasm filter: C-core NACKs filters it does not know. Each service has
-//! one ClusterLoadAssignment named after it; each (service, strategy) pair a
+//! one ClusterLoadAssignment named after it (its `dropOverloads` as
+//! `policy.drop_overloads`, per million); each (service, strategy) pair a
 //! route uses has a cluster: `<service>` for round robin, `<service>/random`,
 //! `<service>/least-request`, `<service>/ring-hash` for `Cookie` and
 //! `RequestHash`, `<service>/session` for `Session` (with
@@ -1338,6 +1339,33 @@ fn load_assignment(spec: &ServiceSpec, resolved: &Resolved) -> epb::ClusterLoadA
                 }
             })
             .collect(),
+        policy: drop_policy(spec),
         ..Default::default()
     }
+}
+
+/// The service's `dropOverloads` as EDS `policy.drop_overloads`, in the
+/// file's order (clients apply them one after the other), each per
+/// million: the finest denominator, which gRPC, tether and Envoy all read.
+/// None without drops.
+fn drop_policy(spec: &ServiceSpec) -> Option<epb::cluster_load_assignment::Policy> {
+    use envoy_types::pb::envoy::r#type::v3::fractional_percent::DenominatorType;
+    use envoy_types::pb::envoy::r#type::v3::FractionalPercent;
+    if spec.drop_overloads.is_empty() {
+        return None;
+    }
+    Some(epb::cluster_load_assignment::Policy {
+        drop_overloads: spec
+            .drop_overloads
+            .iter()
+            .map(|d| epb::cluster_load_assignment::policy::DropOverload {
+                category: d.category.clone(),
+                drop_percentage: Some(FractionalPercent {
+                    numerator: d.per_million(),
+                    denominator: DenominatorType::Million as i32,
+                }),
+            })
+            .collect(),
+        ..Default::default()
+    })
 }

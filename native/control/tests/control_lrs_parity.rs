@@ -1,17 +1,18 @@
 //! tether's channel and gRPC C-core (grpcio) report the same load (LRS,
 //! gRFC A27) for the same calls: one tether-control, one service in two
-//! localities reporting every second, and a client of each kind making the
-//! same calls in phases (calls answered in one locality, calls failed in
-//! the other, then both), paced so that a phase spans several reports.
-//! After each phase the test reads each client's
-//! reports since the phase began (`GET /load?node=`) until they account
-//! for every call and a quiet report follows, then compares them locality
-//! by locality: issued, succeeded, failed, dropped, and what is still in
-//! progress at the end.
+//! localities and a second service whose EDS drops every call
+//! (`dropOverloads`, category `test`), both reporting every second, and a
+//! client of each kind making the same calls in phases (calls answered in
+//! one locality, calls failed in the other, then both, then calls dropped,
+//! alone and beside answered ones), paced so that a phase spans several
+//! reports. After each phase the test reads each client's reports since the
+//! phase began (`GET /load?node=`) until they account for every call and a
+//! quiet report follows, then compares them locality by locality (issued,
+//! succeeded, failed, and what is still in progress at the end) and cluster
+//! by cluster (dropped, in all and per category).
 //!
-//! Drops are not exercised: tether-control serves no EDS `drop_overloads`
-//! and no circuit breaker, so neither client drops a call here; the
-//! figures are still compared (0 on both sides).
+//! Circuit-breaker drops are not exercised: tether-control serves no
+//! circuit breaker.
 
 mod control_support;
 
@@ -36,10 +37,33 @@ const SETTLE: Duration = Duration::from_secs(30);
 /// than one report interval, so its figures are split over reports.
 const PACE: Duration = Duration::from_millis(60);
 
+/// The cookie (sent as the `cookie` metadata, as the session cookies are)
+/// whose calls go to the `dropped` service.
+const DROP_COOKIE: &str = "tether-drop=1";
+/// The `dropped` service, and its cluster (round robin) as reported.
+const DROP_CLUSTER: &str = "dropped";
+/// The `dropped` service's one drop category, at 100%.
+const DROP_CATEGORY: &str = "test";
+
 /// `x` in `us/a`, `y` in `us/b`, behind C-core's session cookie so that a
-/// call goes where its cookie says, for both clients alike.
+/// call goes where its cookie says, for both clients alike; calls with
+/// [`DROP_COOKIE`] go to the service `dropped` (`x` again, in `us/c`),
+/// whose EDS drops all of them under [`DROP_CATEGORY`].
 fn yaml(x: SocketAddr, y: SocketAddr) -> String {
-    echo_session_yaml("1s", &[(x, "us/a", "HEALTHY"), (y, "us/b", "HEALTHY")])
+    let echo = echo_session_yaml("1s", &[(x, "us/a", "HEALTHY"), (y, "us/b", "HEALTHY")]);
+    // The drop route goes first: the session route matches every call.
+    let routes = "    routes:\n";
+    let drop_route = format!(
+        "{routes}      - conditions: [{{ header: {{ name: cookie, exact: \"{DROP_COOKIE}\" }} }}]\n        \
+         services: [{{ name: {DROP_CLUSTER} }}]\n"
+    );
+    assert!(echo.contains(routes), "{echo}");
+    format!(
+        "{}  - name: {DROP_CLUSTER}\n    protocol: h2c\n    loadReporting: {{ interval: 1s }}\n    \
+         dropOverloads: [{{ category: {DROP_CATEGORY}, percent: 100 }}]\n    endpoints:\n      \
+         - address: {x}\n        locality: us/c\n",
+        echo.replacen(routes, &drop_route, 1)
+    )
 }
 
 /// Calls as LRS counts them, added up over reports.
@@ -76,6 +100,38 @@ impl Figures {
     }
 }
 
+/// One cluster's drops, added up over reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Drops {
+    /// `total_dropped_requests`: every category and none.
+    total: u64,
+    /// `dropped_requests` per category.
+    categories: BTreeMap<String, u64>,
+}
+
+impl Drops {
+    /// `n` drops, all in `category`.
+    fn of(category: &str, n: u64) -> Drops {
+        Drops {
+            total: n,
+            categories: BTreeMap::from([(category.to_owned(), n)]),
+        }
+    }
+
+    fn is_zero(&self) -> bool {
+        self.total == 0 && self.categories.values().all(|&n| n == 0)
+    }
+
+    /// Whether no figure goes beyond `want`'s.
+    fn within(&self, want: &Drops) -> bool {
+        self.total <= want.total
+            && self
+                .categories
+                .iter()
+                .all(|(c, &n)| n <= want.categories.get(c).copied().unwrap_or(0))
+    }
+}
+
 /// What one client's reports since a phase began add up to.
 #[derive(Debug, Default)]
 struct Phase {
@@ -84,7 +140,8 @@ struct Phase {
     /// Per locality, its endpoints' figures added up (clients that report
     /// per endpoint).
     endpoint_sums: BTreeMap<String, Figures>,
-    dropped: u64,
+    /// Per cluster (every cluster reported, drops or not).
+    drops: BTreeMap<String, Drops>,
     reports: usize,
     /// The latest report's calls issued and in progress (0 and 0: the
     /// client had nothing more to say).
@@ -111,8 +168,21 @@ fn phase_of(page: &Value, node: &str, after: u64) -> Phase {
         let mut in_progress = 0;
         let mut line = format!("#{}", report["seq"]);
         for cluster in report["clusters"].as_array().into_iter().flatten() {
-            out.dropped += cluster["total_dropped_requests"].as_u64().unwrap_or(0);
+            let name = cluster["cluster"].as_str().unwrap_or_default().to_owned();
+            let drops = out.drops.entry(name).or_default();
+            let total = cluster["total_dropped_requests"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no total_dropped_requests in {cluster}"));
+            drops.total += total;
+            for (category, n) in cluster["dropped"].as_object().into_iter().flatten() {
+                *drops.categories.entry(category.clone()).or_default() += n
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("a drop count in {cluster}"));
+            }
             line += &format!(" [{} every {}s:", cluster["cluster"], cluster["interval_s"]);
+            if total > 0 {
+                line += &format!(" dropped {total} {}", cluster["dropped"]);
+            }
             for l in cluster["localities"].as_array().into_iter().flatten() {
                 let key = l["locality"].as_str().unwrap_or_default().to_owned();
                 let f = Figures::of(l);
@@ -160,15 +230,16 @@ async fn last_seq(control: &Control) -> u64 {
 }
 
 /// `node`'s reports since `after`, once they account for `want` (calls
-/// per locality: issued, succeeded, failed) and a quiet report (nothing
-/// issued, nothing in progress) came after the last call. Panics when a
-/// figure goes beyond what was called (a call counted twice) or after
-/// [`SETTLE`].
+/// per locality: issued, succeeded, failed) and `want_drops` (per cluster)
+/// and a quiet report (nothing issued, nothing in progress) came after the
+/// last call. Panics when a figure goes beyond what was called (a call
+/// counted twice, a drop counted as issued) or after [`SETTLE`].
 async fn settled(
     control: &Control,
     node: &str,
     after: u64,
     want: &BTreeMap<&str, (u64, u64, u64)>,
+    want_drops: &BTreeMap<&str, Drops>,
 ) -> Phase {
     let start = std::time::Instant::now();
     loop {
@@ -182,14 +253,25 @@ async fn settled(
                 phase.each
             );
         }
-        let complete = want.iter().all(|(l, w)| calls(l) == *w);
+        let no_drops = Drops::default();
+        for (c, d) in &phase.drops {
+            let w = want_drops.get(c.as_str()).unwrap_or(&no_drops);
+            assert!(
+                d.within(w),
+                "{node}: {c} counted drops {d:?}, more than the calls dropped {w:?}: {:#?}",
+                phase.each
+            );
+        }
+        let dropped = |c: &str| phase.drops.get(c).unwrap_or(&no_drops);
+        let complete = want.iter().all(|(l, w)| calls(l) == *w)
+            && want_drops.iter().all(|(c, w)| dropped(c) == w);
         if complete && phase.last == Some((0, 0)) {
             return phase;
         }
         assert!(
             start.elapsed() < SETTLE,
-            "{node}: the reports since #{after} do not account for {want:?} with a quiet report \
-             last: {phase:#?}"
+            "{node}: the reports since #{after} do not account for {want:?} and drops \
+             {want_drops:?} with a quiet report last: {phase:#?}"
         );
         // Reports come every second.
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -197,16 +279,33 @@ async fn settled(
 }
 
 /// `n` Echo calls over `channel` with `cookie`, one after another,
-/// [`PACE`] apart; how many were answered.
-async fn tether_calls(channel: &tether::Channel, n: usize, cookie: &str) -> usize {
-    let mut ok = 0;
+/// [`PACE`] apart; how each ended.
+async fn tether_calls(
+    channel: &tether::Channel,
+    n: usize,
+    cookie: &str,
+) -> Vec<Result<String, tonic::Status>> {
+    let mut out = Vec::new();
     for _ in 0..n {
-        if echo_with_cookie(channel, cookie).await.is_ok() {
-            ok += 1;
-        }
+        out.push(echo_with_cookie(channel, cookie).await);
         tokio::time::sleep(PACE).await;
     }
-    ok
+    out
+}
+
+/// What a dropped call ends with, on both clients: UNAVAILABLE, naming the
+/// category (gRPC's wording).
+fn drop_message() -> String {
+    format!("EDS-configured drop: {DROP_CATEGORY}")
+}
+
+/// The drops of a phase per cluster, clusters without any left out.
+fn dropped(p: &Phase) -> BTreeMap<String, Drops> {
+    p.drops
+        .iter()
+        .filter(|(_, d)| !d.is_zero())
+        .map(|(c, d)| (c.clone(), d.clone()))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,13 +325,16 @@ async fn the_channel_and_c_core_report_the_same_calls_alike_per_locality() {
     let core = grpcio_client(&dir.bootstrap(&control.bootstrap_json(CORE))).await;
     let mut core = core.batches(TARGET, PACE).unwrap_or_else(|e| panic!("{e}"));
 
-    // (name, calls to us/a, calls to us/b, whether us/b fails them)
+    // (name, calls to us/a, calls to us/b, whether us/b fails them, calls
+    // to the dropping service)
     let phases = [
-        ("answered in us/a", 20, 0, false),
-        ("failed in us/b", 0, 10, true),
-        ("answered in both", 8, 8, false),
+        ("answered in us/a", 20, 0, false, 0),
+        ("failed in us/b", 0, 10, true, 0),
+        ("answered in both", 8, 8, false, 0),
+        ("dropped", 0, 0, false, 20),
+        ("answered in us/a and dropped", 6, 0, false, 6),
     ];
-    for (name, on_x, on_y, y_fails) in phases {
+    for (name, on_x, on_y, y_fails, drop) in phases {
         failing.store(y_fails, Ordering::SeqCst);
         let after = last_seq(&control).await;
         let mut want = BTreeMap::new();
@@ -242,31 +344,63 @@ async fn the_channel_and_c_core_report_the_same_calls_alike_per_locality() {
                 want.insert(locality, (n, n - failed, failed));
             }
         }
-        // The same calls from each client, both at once.
+        let mut want_drops = BTreeMap::new();
+        if drop > 0 {
+            want_drops.insert(DROP_CLUSTER, Drops::of(DROP_CATEGORY, drop));
+        }
+        let answered = want.values().map(|w| w.1).sum::<u64>();
+        // The same calls from each client, both at once. A dropped call
+        // fails at the pick, before reaching a backend or a locality.
         let tether_side = async {
-            let ok = tether_calls(&channel, on_x as usize, &to_x).await
-                + tether_calls(&channel, on_y as usize, &to_y).await;
-            assert_eq!(ok as u64, want.values().map(|w| w.1).sum::<u64>(), "{name}");
+            let mut calls = tether_calls(&channel, on_x as usize, &to_x).await;
+            calls.extend(tether_calls(&channel, on_y as usize, &to_y).await);
+            let ok = calls.iter().filter(|c| c.is_ok()).count();
+            assert_eq!(ok as u64, answered, "{name}: {calls:?}");
+            for c in tether_calls(&channel, drop as usize, DROP_COOKIE).await {
+                let e = c.expect_err("a dropped call");
+                assert_eq!(
+                    (e.code(), e.message()),
+                    (tonic::Code::Unavailable, drop_message().as_str()),
+                    "{name}"
+                );
+            }
         };
         let core_side = async {
             let mut calls = core.run(on_x as usize, Some(&to_x)).await.unwrap();
             calls.extend(core.run(on_y as usize, Some(&to_y)).await.unwrap());
             let ok = calls.iter().filter(|c| c.ok()).count();
-            assert_eq!(
-                ok as u64,
-                want.values().map(|w| w.1).sum::<u64>(),
-                "{calls:?}"
-            );
+            assert_eq!(ok as u64, answered, "{name}: {calls:?}");
+            if drop > 0 {
+                let calls = core.run(drop as usize, Some(DROP_COOKIE)).await.unwrap();
+                assert_eq!(calls.len() as u64, drop, "{name}: {calls:?}");
+                for c in &calls {
+                    assert_eq!(
+                        (c.code.as_str(), c.message.as_str()),
+                        ("UNAVAILABLE", drop_message().as_str()),
+                        "{name}: {calls:?}"
+                    );
+                }
+            }
         };
         tokio::join!(tether_side, core_side);
 
         let (ours, theirs) = tokio::join!(
-            settled(&control, TETHER, after, &want),
-            settled(&control, CORE, after, &want)
+            settled(&control, TETHER, after, &want, &want_drops),
+            settled(&control, CORE, after, &want, &want_drops)
         );
         eprintln!("phase {name:?} (reports after #{after}; issued/succeeded/failed/in progress):");
-        eprintln!("  tether: {:?}\n    {:#?}", ours.localities, ours.each);
-        eprintln!("  C-core: {:?}\n    {:#?}", theirs.localities, theirs.each);
+        eprintln!(
+            "  tether: {:?} drops {:?}\n    {:#?}",
+            ours.localities,
+            dropped(&ours),
+            ours.each
+        );
+        eprintln!(
+            "  C-core: {:?} drops {:?}\n    {:#?}",
+            theirs.localities,
+            dropped(&theirs),
+            theirs.each
+        );
         let calls = |p: &Phase| -> BTreeMap<String, (u64, u64, u64)> {
             p.localities
                 .iter()
@@ -275,7 +409,14 @@ async fn the_channel_and_c_core_report_the_same_calls_alike_per_locality() {
                 .collect()
         };
         assert_eq!(calls(&ours), calls(&theirs), "{name}");
-        assert_eq!((ours.dropped, theirs.dropped), (0, 0), "{name}");
+        // Drops per cluster, in all and per category: the calls dropped,
+        // alike on both sides (none in the phases without).
+        let want_drops: BTreeMap<String, Drops> = want_drops
+            .into_iter()
+            .map(|(c, d)| (c.to_owned(), d))
+            .collect();
+        assert_eq!(dropped(&ours), want_drops, "{name}: tether");
+        assert_eq!(dropped(&theirs), want_drops, "{name}: C-core");
         // Nothing left in progress once the calls ended, on either side.
         assert_eq!(ours.last, theirs.last, "{name}");
         // The channel also reports per endpoint (one per locality here):

@@ -650,6 +650,76 @@ fn translation_for_envoy_and_proxyless() {
     );
 }
 
+/// A service's `dropOverloads` reach its ClusterLoadAssignment as
+/// `policy.drop_overloads`, per million, for Envoy and proxyless clients
+/// alike; tether's parser (gRPC's rules) reads back the shares written.
+#[test]
+fn drop_overloads_reach_eds_per_million() {
+    use envoy_types::pb::envoy::config::endpoint::v3 as epb;
+    use envoy_types::pb::envoy::r#type::v3::fractional_percent::DenominatorType;
+    let yaml = BASE.replace(
+        "    localityWeights: { us/a: 3 }\n",
+        "    localityWeights: { us/a: 3 }\n    dropOverloads: [{ category: throttle, percent: 12.5 }, \
+         { category: lb, percent: 0.0001 }]\n",
+    );
+    // BASE serves Envoy, which takes one category: the second is refused.
+    assert!(
+        err(&yaml).starts_with("services[0].dropOverloads[1]: \"lb\" is a second drop category")
+    );
+    let yaml = yaml.replace("listener:\n  port: 10000\n", "");
+    let t = translate(&Config::parse(&yaml).unwrap());
+    for flavor in [Flavor::Proxyless, Flavor::Envoy] {
+        let any = &t.for_flavor(flavor)[&ResourceKind::Endpoints]["web"];
+        let cla = epb::ClusterLoadAssignment::decode(any.value.as_slice()).unwrap();
+        let drops: Vec<_> = cla
+            .policy
+            .as_ref()
+            .unwrap()
+            .drop_overloads
+            .iter()
+            .map(|d| {
+                let p = d.drop_percentage.as_ref().unwrap();
+                assert_eq!(p.denominator, DenominatorType::Million as i32, "{flavor:?}");
+                (d.category.as_str(), p.numerator)
+            })
+            .collect();
+        assert_eq!(drops, [("throttle", 125_000), ("lb", 1)], "{flavor:?}");
+        // A service without drops has no policy.
+        let api = &t.for_flavor(flavor)[&ResourceKind::Endpoints]["api"];
+        let api = epb::ClusterLoadAssignment::decode(api.value.as_slice()).unwrap();
+        assert!(api.policy.is_none(), "{flavor:?}");
+    }
+    let Ok(tether_xds::Resource::Endpoints(eds)) = decode(
+        ResourceKind::Endpoints,
+        &t.proxyless[&ResourceKind::Endpoints]["web"],
+    )
+    .result
+    else {
+        panic!()
+    };
+    let read: Vec<_> = eds
+        .drop_overloads
+        .iter()
+        .map(|d| (d.category.as_str(), d.per_million))
+        .collect();
+    assert_eq!(read, [("throttle", 125_000), ("lb", 1)]);
+    // 100% is a million: every call dropped.
+    let all = BASE.replace(
+        "    localityWeights: { us/a: 3 }\n",
+        "    localityWeights: { us/a: 3 }\n    dropOverloads: [{ category: all, percent: 100 }]\n",
+    );
+    let t = translate(&Config::parse(&all).unwrap());
+    let Ok(tether_xds::Resource::Endpoints(eds)) = decode(
+        ResourceKind::Endpoints,
+        &t.envoy[&ResourceKind::Endpoints]["web"],
+    )
+    .result
+    else {
+        panic!()
+    };
+    assert_eq!(eds.drop_overloads[0].per_million, 1_000_000);
+}
+
 /// A service's `keepalive` reaches Envoy's HTTP/2 options (proxyless
 /// clients set their own: gRPC does not take keepalive from xDS).
 #[test]
@@ -1903,4 +1973,20 @@ fn sealed_needs_a_keys_file_and_the_plugin() {
             .any(|w| w.contains("Envoy's own filter on the Envoys envoy.nodes does not list")),
         "{w:?}"
     );
+}
+
+/// The README's full example file is a file tether-control takes.
+#[test]
+fn the_readmes_example_file_is_valid() {
+    let readme = include_str!("../README.md");
+    let start = readme
+        .find("```yaml\n")
+        .expect("the README has a YAML example")
+        + "```yaml\n".len();
+    let end = start + readme[start..].find("```").expect("the example ends");
+    let example = &readme[start..end];
+    assert!(example.contains("virtualhosts:"), "{example}");
+    if let Err(e) = Config::parse(example) {
+        panic!("the README's example is refused: {e}");
+    }
 }

@@ -50,8 +50,8 @@ pub use schema::route::{
     SessionSpec, Strategy, VirtualHostSpec, WeightedRoundRobinSpec,
 };
 pub use schema::service::{
-    split_locality, DrainSpec, EndpointSpec, EnvoyTlsFiles, FailurePercentageSpec, KeepaliveSpec,
-    LoadReportingSpec, OutlierDetectionSpec, Protocol, SanMatcherSpec, ServiceSpec, ServiceTlsSpec,
-    SuccessRateSpec,
+    split_locality, DrainSpec, DropOverloadSpec, EndpointSpec, EnvoyTlsFiles,
+    FailurePercentageSpec, KeepaliveSpec, LoadReportingSpec, OutlierDetectionSpec, Protocol,
+    SanMatcherSpec, ServiceSpec, ServiceTlsSpec, SuccessRateSpec,
 };
 pub use schema::{Config, Overrides};

@@ -1,6 +1,6 @@
 //! Validation: what single fields cannot check, in the order
 //! [`Config::validate`] reports it: each service (its name, outlier
-//! detection, TLS, keepalive, load reporting, drain and endpoints), the aggregate graph, the
+//! detection, TLS, keepalive, load reporting, drain, drops and endpoints), the aggregate graph, the
 //! `envoy` section, then each virtual host and its routes (conditions,
 //! services, and each strategy's settings). Every error names the field's
 //! path; [`Config::parse`] adds its line and column.
@@ -13,6 +13,7 @@ use tether_xds::lb_config::least_request::{DEFAULT_CHOICE_COUNT, MAX_CHOICE_COUN
 use tether_xds::lb_config::weighted_round_robin::Settings as WrrSettings;
 
 use super::analysis::{shared_cluster_conflict, Shared};
+use super::schema::service::PER_MILLION_PER_PERCENT;
 use super::{
     Condition, Config, CustomPolicySpec, DrainSpec, EnvoyTlsFiles, KeepaliveSpec,
     LoadBalancerPolicy, LoadReportingSpec, ModelError, OutlierDetectionSpec, Protocol, RouteSpec,
@@ -68,7 +69,7 @@ impl Config {
     }
 
     /// Each service in turn: a valid name defined once, then its outlier
-    /// detection, TLS, keepalive, load reporting, drain and endpoints.
+    /// detection, TLS, keepalive, load reporting, drain, drops and endpoints.
     /// Returns the names.
     fn validate_services(&self) -> Result<HashSet<&str>, ModelError> {
         let mut services = HashSet::new();
@@ -113,6 +114,7 @@ impl Config {
             if let Some(d) = &s.drain {
                 drain(s, d, &at)?;
             }
+            drop_overloads(s, self.serves_envoy(), &at)?;
             endpoints(s, &at)?;
         }
         Ok(services)
@@ -681,6 +683,73 @@ fn drain(s: &ServiceSpec, d: &DrainSpec, at: &str) -> Result<(), ModelError> {
 const MIN_DRAIN: Duration = Duration::from_millis(100);
 const MAX_REMOVE_WHEN_IDLE: Duration = Duration::from_secs(24 * 3600);
 const MAX_DRAIN: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A service's `dropOverloads`: on a service with endpoints of its own,
+/// each category named once, each share a percent EDS can carry (0 to 100,
+/// in millionths), and one category only in a file that serves Envoy.
+fn drop_overloads(s: &ServiceSpec, serves_envoy: bool, at: &str) -> Result<(), ModelError> {
+    if s.drop_overloads.is_empty() {
+        return Ok(());
+    }
+    if s.is_aggregate() {
+        return Err(ModelError::invalid(
+            format!("{at}.dropOverloads"),
+            &s.name,
+            "belongs on the services an aggregate service names (drops are read from each \
+             underlying cluster's endpoints)",
+        ));
+    }
+    let mut seen = HashSet::new();
+    for (i, d) in s.drop_overloads.iter().enumerate() {
+        let dat = format!("{at}.dropOverloads[{i}]");
+        // gRPC NACKs an empty category; LRS reports drops under the name.
+        if d.category.is_empty() {
+            return Err(ModelError::invalid(
+                format!("{dat}.category"),
+                &d.category,
+                "must not be empty (clients report drops under it)",
+            ));
+        }
+        // Clients report each category's drops under its name, so a second
+        // entry would add up with the first under one name.
+        if !seen.insert(d.category.as_str()) {
+            return Err(ModelError::invalid(
+                format!("{dat}.category"),
+                &d.category,
+                "is listed twice in the service (one entry per category)",
+            ));
+        }
+        let shown = Raw(d.percent.to_string());
+        // NaN and infinities fall outside the range too.
+        if !(0.0..=100.0).contains(&d.percent) {
+            return Err(ModelError::invalid(
+                format!("{dat}.percent"),
+                shown,
+                "is not within 0..=100",
+            ));
+        }
+        let millionths = d.percent * PER_MILLION_PER_PERCENT;
+        if (millionths - millionths.round()).abs() > 1e-6 {
+            return Err(ModelError::invalid(
+                format!("{dat}.percent"),
+                shown,
+                "is finer than a millionth of the calls (at most 4 decimal places: EDS carries \
+                 drops per million)",
+            ));
+        }
+        // Envoy refuses a ClusterLoadAssignment with more than one
+        // category, which would leave it on the service's old endpoints.
+        if i > 0 && serves_envoy {
+            return Err(ModelError::invalid(
+                dat,
+                &d.category,
+                "is a second drop category, which Envoy refuses (it takes one per cluster): a \
+                 file that serves Envoy gives a service one",
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// A service's endpoints (weights, addresses each once in the service,
 /// localities, priorities contiguous from 0) and its locality weights.
@@ -1494,6 +1563,82 @@ services:
                 .unwrap_or_else(|e| panic!("{drain}: {e}"));
             assert!(c.services[0].drain.is_some());
         }
+    }
+
+    #[test]
+    fn drop_overloads_errors_name_the_field_and_value() {
+        let drops = |list: &str| service(&format!("    dropOverloads: {list}\n"));
+        let c = Config::parse(&drops(
+            "[{ category: lb, percent: 0.5 }, { category: throttle, percent: 100 }, \
+             { category: fine, percent: 0.0001 }, { category: none, percent: 0 }]",
+        ))
+        .unwrap();
+        let per_million: Vec<u32> = c.services[0]
+            .drop_overloads
+            .iter()
+            .map(|d| d.per_million())
+            .collect();
+        assert_eq!(per_million, [5_000, 1_000_000, 1, 0]);
+        assert_eq!(
+            err(&drops(
+                "[{ category: lb, percent: 1 }, { category: x, percent: 150 }]"
+            )),
+            "services[0].dropOverloads[1].percent: 150 is not within 0..=100 at line 3 column 75"
+        );
+        assert_eq!(
+            err(&drops("[{ category: lb, percent: -0.5 }]")),
+            "services[0].dropOverloads[0].percent: -0.5 is not within 0..=100 at line 3 column 46"
+        );
+        assert_eq!(
+            err(&drops("[{ category: lb, percent: .nan }]")),
+            "services[0].dropOverloads[0].percent: NaN is not within 0..=100 at line 3 column 46"
+        );
+        assert_eq!(
+            err(&drops("[{ category: lb, percent: .inf }]")),
+            "services[0].dropOverloads[0].percent: inf is not within 0..=100 at line 3 column 46"
+        );
+        assert_eq!(
+            err(&drops("[{ category: lb, percent: 0.00001 }]")),
+            "services[0].dropOverloads[0].percent: 0.00001 is finer than a millionth of the \
+             calls (at most 4 decimal places: EDS carries drops per million) at line 3 column 46"
+        );
+        assert_eq!(
+            err(&drops("[{ category: \"\", percent: 1 }]")),
+            "services[0].dropOverloads[0].category: \"\" must not be empty (clients report \
+             drops under it) at line 3 column 33"
+        );
+        assert_eq!(
+            err(&drops(
+                "[{ category: lb, percent: 1 }, { category: lb, percent: 2 }]"
+            )),
+            "services[0].dropOverloads[1].category: \"lb\" is listed twice in the service (one \
+             entry per category) at line 3 column 63"
+        );
+        let e = err(&drops("[{ category: lb, percent: \"5%\" }]"));
+        assert!(
+            e.starts_with("services[0].dropOverloads[0].percent: invalid type"),
+            "{e}"
+        );
+        let e = err(&drops("[{ category: lb }]"));
+        assert!(e.contains("missing field `percent`"), "{e}");
+        let aggregate =
+            "services:\n  - name: api\n    endpoints:\n      - address: 127.0.0.1:9001\n  \
+                         - name: all\n    aggregate: [api]\n    dropOverloads: [{ category: lb, percent: 1 }]\n";
+        assert_eq!(
+            err(aggregate),
+            "services[1].dropOverloads: \"all\" belongs on the services an aggregate service \
+             names (drops are read from each underlying cluster's endpoints) at line 7 column 20"
+        );
+        // Envoy takes one category per cluster: a second one is refused
+        // only in a file that serves Envoy.
+        let two = "[{ category: lb, percent: 1 }, { category: x, percent: 2 }]";
+        assert!(Config::parse(&drops(two)).is_ok());
+        assert_eq!(
+            err(&format!("listener: {{ port: 10000 }}\n{}", drops(two))),
+            "services[0].dropOverloads[1]: \"x\" is a second drop category, which Envoy refuses \
+             (it takes one per cluster): a file that serves Envoy gives a service one at line 4 \
+             column 51"
+        );
     }
 
     /// A service `api` with one endpoint at `address`, under a `dns`

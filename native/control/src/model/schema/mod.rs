@@ -3,8 +3,8 @@
 //! section and the names endpoints use), `envoy` (the `envoy` section and
 //! the listener), `route` (virtual hosts, routes and load
 //! balancer policies), `service` (services, endpoints and their TLS,
-//! keepalive and outlier detection) and `field` (scalar fields checked as
-//! they are read).
+//! keepalive, outlier detection, load reporting, drain and drops) and
+//! `field` (scalar fields checked as they are read).
 
 use serde::Deserialize;
 

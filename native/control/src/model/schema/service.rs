@@ -66,7 +66,35 @@ pub struct ServiceSpec {
     /// served until the file (or DNS) drops it.
     #[serde(default)]
     pub drain: Option<DrainSpec>,
+    /// Shares of calls the clients drop before picking an endpoint, per
+    /// category (EDS `policy.drop_overloads`); each drop is reported per
+    /// category in LRS.
+    #[serde(default, rename = "dropOverloads")]
+    pub drop_overloads: Vec<DropOverloadSpec>,
 }
+
+/// One entry of a service's `dropOverloads`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DropOverloadSpec {
+    /// The category the drops are reported under.
+    pub category: String,
+    /// The share of calls dropped, in percent (0 to 100, to 4 decimal
+    /// places: EDS carries it per million).
+    pub percent: f64,
+}
+
+impl DropOverloadSpec {
+    /// `percent` per million, as EDS carries it (`FractionalPercent` with
+    /// the denominator `MILLION`). Rounded: validation refuses a share finer
+    /// than a millionth, so rounding only absorbs the binary fraction's error.
+    pub fn per_million(&self) -> u32 {
+        (self.percent * PER_MILLION_PER_PERCENT).round() as u32
+    }
+}
+
+/// Millionths in one percent.
+pub(crate) const PER_MILLION_PER_PERCENT: f64 = 10_000.0;
 
 /// `loadReporting` of a service.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
