@@ -166,6 +166,8 @@ impl Admin {
         if let Some(dns) = &self.dns {
             metrics.dns(&dns.borrow());
         }
+        let now = std::time::Instant::now();
+        metrics.draining(&self.plane.load(|l| l.status(now)));
         metrics.encode()
     }
 

@@ -57,6 +57,19 @@ struct DrainRemovalLabels {
     reason: &'static str,
 }
 
+/// A DRAINING endpoint: its service (EDS resource) and address.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    service: String,
+    address: String,
+}
+
+/// A drain verdict (`busy`, `idle`, `unknown`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    verdict: &'static str,
+}
+
 /// A reload's outcome.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabels {
@@ -80,6 +93,8 @@ pub struct Metrics {
     dns_in_outage: Gauge,
     dns_failures: Gauge,
     drain_removals: Family<DrainRemovalLabels, Counter>,
+    draining_sessions: Family<EndpointLabels, Gauge>,
+    draining_endpoints: Family<VerdictLabels, Gauge>,
     /// Node IDs in use as label values, with their open streams.
     nodes: Arc<Mutex<NodeLabels>>,
 }
@@ -264,6 +279,18 @@ impl Metrics {
         for reason in ["idle", "max_drain"] {
             let _ = drain_removals.get_or_create(&DrainRemovalLabels { reason });
         }
+        let draining_sessions = Family::<EndpointLabels, Gauge>::default();
+        registry.register(
+            "draining_sessions",
+            "Sessions the reporting clients pin to each DRAINING endpoint still served, summed over clients",
+            draining_sessions.clone(),
+        );
+        let draining_endpoints = Family::<VerdictLabels, Gauge>::default();
+        registry.register(
+            "draining_endpoints",
+            "DRAINING endpoints still served, by drain verdict (busy, idle, unknown)",
+            draining_endpoints.clone(),
+        );
         Metrics {
             registry: Arc::new(registry),
             clients,
@@ -279,6 +306,8 @@ impl Metrics {
             dns_in_outage,
             dns_failures,
             drain_removals,
+            draining_sessions,
+            draining_endpoints,
             nodes: Arc::default(),
         }
     }
@@ -353,6 +382,31 @@ impl Metrics {
                 .map(|n| i64::try_from(n.failures).unwrap_or(i64::MAX))
                 .fold(0i64, i64::saturating_add),
         );
+    }
+
+    /// The drains as `status` has them: sessions per DRAINING endpoint
+    /// still served (the series of one that left goes), endpoints per
+    /// verdict (each verdict's series always there).
+    pub fn draining(&self, status: &crate::load::DrainStatus) {
+        self.draining_sessions.clear();
+        let mut verdicts = [("busy", 0), ("idle", 0), ("unknown", 0)];
+        for e in status.endpoints.iter().filter(|e| !e.removed) {
+            let sessions: u64 = e.clients.iter().filter_map(|c| c.sessions).sum();
+            self.draining_sessions
+                .get_or_create(&EndpointLabels {
+                    service: e.cluster.clone(),
+                    address: e.address.clone(),
+                })
+                .set(i64::try_from(sessions).unwrap_or(i64::MAX));
+            if let Some(v) = verdicts.iter_mut().find(|(v, _)| *v == e.verdict) {
+                v.1 += 1;
+            }
+        }
+        for (verdict, n) in verdicts {
+            self.draining_endpoints
+                .get_or_create(&VerdictLabels { verdict })
+                .set(n);
+        }
     }
 
     /// Every metric in the OpenMetrics text format.

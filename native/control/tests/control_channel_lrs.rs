@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use control_support::{echo_drain_yaml, echo_with_cookie, session_cookie, Control, TempDir};
 use tether_testkit::grpc::GrpcBackend;
+use tether_testkit::prometheus::Prometheus;
 
 /// One Echo call with `cookie`; the backend that answered.
 async fn call(channel: &tether::Channel, cookie: &str) -> String {
@@ -120,4 +121,21 @@ async fn the_channel_reports_the_sessions_pinned_to_a_draining_endpoint() {
         })
         .await;
     assert_eq!(idle["clients"][0]["sessions"], 1, "{idle}");
+
+    // What an operator's Prometheus sees: the session on the DRAINING
+    // endpoint, and the drain idle.
+    let prometheus =
+        Prometheus::start(&[("tether-control", control.admin.expect("an admin listener"))]).await;
+    prometheus
+        .until(
+            &format!("sum(tether_control_draining_sessions{{address=\"{a2}\",service=\"echo\"}})"),
+            1.0,
+        )
+        .await;
+    prometheus
+        .until("tether_control_draining_endpoints{verdict=\"idle\"}", 1.0)
+        .await;
+    prometheus
+        .until("tether_control_draining_endpoints{verdict=\"busy\"}", 0.0)
+        .await;
 }
