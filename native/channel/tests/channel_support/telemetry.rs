@@ -77,6 +77,13 @@ impl Recorder {
                                 );
                             }
                         }
+                        // Up-down counters (never below 0 here).
+                        AggregatedMetrics::I64(MetricData::Sum(s)) => {
+                            for p in s.data_points() {
+                                let n = u64::try_from(p.value()).expect("not below 0");
+                                i.points.insert(labels(&mut p.attributes()), (n, 0.0));
+                            }
+                        }
                         AggregatedMetrics::U64(MetricData::Gauge(g)) => {
                             for p in g.data_points() {
                                 i.points

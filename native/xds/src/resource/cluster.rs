@@ -20,13 +20,13 @@ pub use cpb::Cluster;
 
 use super::endpoint::{HealthSet, HealthStatus};
 use super::listener::config_source_is_ads;
+use super::lrs_metrics::BackendMetricPropagation;
 use super::typed_struct::{TypedStruct, UDPA_TYPED_STRUCT};
 use super::{type_name, Check, Spelling};
 use crate::lb_config::outlier_detection::{
     FailurePercentageEjection, OutlierDetectionConfig, SuccessRateEjection,
 };
 use crate::lb_config::registry::CustomPolicy;
-use crate::load_report::BackendMetricPropagation;
 
 /// Default session idle timeout (A75).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);

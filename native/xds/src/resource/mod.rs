@@ -9,6 +9,7 @@ pub mod endpoint;
 pub mod fault;
 pub mod http_filter;
 pub mod listener;
+pub mod lrs_metrics;
 pub mod retry;
 pub mod route;
 pub mod san;
