@@ -180,3 +180,23 @@ pub async fn until_json(
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
+
+/// What tether-control's `GET /status` page (`status`) shows of `node`'s
+/// load on the endpoint `address` of `cluster`: its entry in the
+/// endpoint's `load`, or `null`.
+pub fn status_load(
+    status: &serde_json::Value,
+    cluster: &str,
+    address: SocketAddr,
+    node: &str,
+) -> serde_json::Value {
+    status["clusters"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == cluster))
+        .and_then(|c| c["endpoints"].as_array())
+        .and_then(|e| e.iter().find(|e| e["address"] == address.to_string()))
+        .and_then(|e| e["load"].as_array())
+        .and_then(|l| l.iter().find(|l| l["node"] == node))
+        .cloned()
+        .unwrap_or_default()
+}

@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tether_control::{ControlPlane, Reloader};
 use tether_core::cookie::Format;
+use tether_testkit::client::status_load;
 use tether_testkit::free_port;
 use tether_wasm_tests::control::Control;
 use tether_wasm_tests::scenario::{
@@ -212,20 +213,6 @@ fn drain_of(drain: &Value, address: SocketAddr) -> Value {
         .unwrap_or_default()
 }
 
-/// `node`'s figures for the endpoint `address` of `web` in `GET /status`,
-/// or `null`.
-fn status_load(status: &Value, address: SocketAddr, node: &str) -> Value {
-    status["clusters"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["name"] == "web"))
-        .and_then(|c| c["endpoints"].as_array())
-        .and_then(|e| e.iter().find(|e| e["address"] == address.to_string()))
-        .and_then(|e| e["load"].as_array())
-        .and_then(|l| l.iter().find(|l| l["node"] == node))
-        .cloned()
-        .unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_with_the_plugin_reports_load_that_status_and_drain_show() {
     const NODE: &str = "envoy-plugin-lrs";
@@ -280,10 +267,13 @@ async fn envoy_with_the_plugin_reports_load_that_status_and_drain_show() {
     assert_eq!(me["granularity"], "endpoint", "{busy}");
     let status = control
         .until("/status", "Envoy's load on the endpoint", |s| {
-            status_load(s, at, NODE)["requests"].as_u64() > Some(0)
+            status_load(s, "web", at, NODE)["requests"].as_u64() > Some(0)
         })
         .await;
-    assert_eq!(status_load(&status, at, NODE)["granularity"], "endpoint");
+    assert_eq!(
+        status_load(&status, "web", at, NODE)["granularity"],
+        "endpoint"
+    );
     let client = status["clients"]
         .as_array()
         .and_then(|c| c.iter().find(|c| c["node"] == NODE))

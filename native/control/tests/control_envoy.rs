@@ -13,9 +13,10 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use control_support::{status_client, status_load, Control};
+use control_support::{status_client, Control};
 use tether_testkit::backend::HttpBackend;
 use tether_testkit::client;
+use tether_testkit::client::status_load;
 use tether_testkit::envoy::{ads_bootstrap, Envoy};
 use tether_testkit::free_port;
 use tether_testkit::grpc::{EchoClient, EchoRequest, GrpcBackend};

@@ -275,26 +275,6 @@ impl Control {
     }
 }
 
-/// What `GET /status` (`status`) shows of `node`'s load on the endpoint
-/// `address` of `cluster`: its entry in the endpoint's `load`, or `null`.
-#[allow(dead_code)]
-pub fn status_load(
-    status: &serde_json::Value,
-    cluster: &str,
-    address: SocketAddr,
-    node: &str,
-) -> serde_json::Value {
-    status["clusters"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["name"] == cluster))
-        .and_then(|c| c["endpoints"].as_array())
-        .and_then(|e| e.iter().find(|e| e["address"] == address.to_string()))
-        .and_then(|e| e["load"].as_array())
-        .and_then(|l| l.iter().find(|l| l["node"] == node))
-        .cloned()
-        .unwrap_or_default()
-}
-
 /// `node`'s entry in `GET /status`'s `clients` (`status`), or `null`.
 #[allow(dead_code)]
 pub fn status_client(status: &serde_json::Value, node: &str) -> serde_json::Value {
