@@ -813,11 +813,6 @@ impl ChannelBuilder {
         let (lb_tx, lb_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let listener_tx = lb_tx.clone();
-        let metrics = self
-            .telemetry
-            .clone()
-            .or_else(crate::telemetry::Telemetry::global)
-            .map(|t| t.for_channel(target));
         let pool = SubchannelPool::with_providers(
             options,
             Arc::new(move |id, address, state| {
@@ -832,12 +827,6 @@ impl ChannelBuilder {
                 let _ = listener_tx.send(Event::Subchannel(id, address, state));
             }),
             providers,
-        )
-        .with_metrics(
-            metrics
-                .as_ref()
-                .and_then(|m| m.subchannels())
-                .map(|m| m as Arc<dyn crate::subchannel::ConnectionEvents>),
         );
         let shared = Arc::new(Shared::new());
         let serializer = WorkSerializer::new(
@@ -858,7 +847,11 @@ impl ChannelBuilder {
             user_agent,
             wait_for_ready: self.wait_for_ready,
             session_format: self.session.format,
-            metrics,
+            metrics: self
+                .telemetry
+                .clone()
+                .or_else(crate::telemetry::Telemetry::global)
+                .map(|t| t.for_channel(target)),
             shared,
             control: control_tx,
             tasks: vec![task.abort_handle()],

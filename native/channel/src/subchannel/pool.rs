@@ -27,8 +27,6 @@ struct Inner {
     runtime: Option<tokio::runtime::Handle>,
     next_id: AtomicU64,
     live: Mutex<Live>,
-    /// Told of the subchannels' connections (gRFC A94's instruments).
-    metrics: Option<Arc<dyn super::ConnectionEvents>>,
 }
 
 /// The weak handles by address (one per xDS security config the address
@@ -63,20 +61,7 @@ impl SubchannelPool {
             runtime: tokio::runtime::Handle::try_current().ok(),
             next_id: AtomicU64::new(1),
             live: Mutex::new(Live::default()),
-            metrics: None,
         }))
-    }
-
-    /// The pool with gRFC A94's instruments recorded by its subchannels
-    /// (before any subchannel is made).
-    pub(crate) fn with_metrics(self, metrics: Option<Arc<dyn super::ConnectionEvents>>) -> Self {
-        match Arc::try_unwrap(self.0) {
-            Ok(mut inner) => {
-                inner.metrics = metrics;
-                SubchannelPool(Arc::new(inner))
-            }
-            Err(shared) => SubchannelPool(shared),
-        }
     }
 
     /// The certificate providers for clusters' TLS, if honoured.
@@ -125,7 +110,6 @@ impl SubchannelPool {
             self.0.listener.clone(),
             runtime.as_ref(),
             transport,
-            self.0.metrics.clone(),
         );
         log::debug!("subchannel {address}: created as {id}");
         let entries = live.map.entry(address).or_default();

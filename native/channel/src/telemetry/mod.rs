@@ -19,9 +19,6 @@
 //! | `grpc.xds_client.resource_updates_valid` (A78, off by default) | counter | `{resource}` | `grpc.target`, `grpc.xds.server`, `grpc.xds.resource_type` |
 //! | `grpc.xds_client.resource_updates_invalid` (A78, off by default) | counter | `{resource}` | `grpc.target`, `grpc.xds.server`, `grpc.xds.resource_type` |
 //! | `grpc.xds_client.resources` (A78, off by default) | gauge | `{resource}` | `grpc.target`, `grpc.xds.authority`, `grpc.xds.cache_state`, `grpc.xds.resource_type` |
-//! | `grpc.subchannel.connection_attempts_succeeded`, `_failed` (A94, off by default) | counter | `{attempt}` | `grpc.target` |
-//! | `grpc.subchannel.disconnections` (A94, off by default) | counter | `{disconnection}` | `grpc.target`, `grpc.disconnect_error` |
-//! | `grpc.subchannel.open_connections` (A94, off by default) | up-down counter | `{connection}` | `grpc.target` |
 //! | `tether.client.session.calls` | counter | `{call}` | `grpc.target`, `tether.session.call` |
 //! | `tether.client.session.cookies` | counter | `{cookie}` | `grpc.target`, `tether.session.cookie` |
 //! | `tether.client.session.envoy_misreads` | counter | `{call}` | `grpc.target` |
@@ -68,7 +65,6 @@
 
 mod call;
 mod messages;
-mod subchannel;
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -84,7 +80,6 @@ pub(crate) use call::{
     end_attempt, status_of, AttemptKind, AttemptMetrics, BodyMetrics, CallMetrics, ChannelMetrics,
 };
 pub(crate) use messages::MessageBytes;
-pub(crate) use subchannel::SubchannelMetrics;
 
 /// The meter's name: the library, as gRPC's are named `grpc-c++`, `grpc-go`.
 pub const METER_NAME: &str = "tether";
@@ -126,9 +121,8 @@ pub const TRANSPARENT_RETRY_BUCKETS: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0];
 
 /// The instruments gRPC defines as experimental, off unless enabled by
 /// name ([`TelemetryBuilder::enable_metric`], as gRFC A79 says): A96's
-/// retry instruments, A78's XdsClient instruments and A94's subchannel
-/// instruments.
-pub const OPTIONAL_METRICS: [&str; 12] = [
+/// retry instruments and A78's XdsClient instruments.
+pub const OPTIONAL_METRICS: [&str; 8] = [
     "grpc.client.call.retries",
     "grpc.client.call.transparent_retries",
     "grpc.client.call.retry_delay",
@@ -137,10 +131,6 @@ pub const OPTIONAL_METRICS: [&str; 12] = [
     "grpc.xds_client.resource_updates_valid",
     "grpc.xds_client.resource_updates_invalid",
     "grpc.xds_client.resources",
-    "grpc.subchannel.connection_attempts_succeeded",
-    "grpc.subchannel.connection_attempts_failed",
-    "grpc.subchannel.disconnections",
-    "grpc.subchannel.open_connections",
 ];
 
 /// The XdsClients of the channels that record with one [`Telemetry`],
@@ -301,8 +291,6 @@ pub(crate) struct Instruments {
     pub(crate) session_calls: Counter<u64>,
     pub(crate) session_cookies: Counter<u64>,
     pub(crate) session_envoy_misreads: Counter<u64>,
-    /// A94's subchannel instruments, when enabled.
-    pub(crate) subchannel: Option<subchannel::Instruments>,
     /// A78's XdsClient instruments, and the clients they read.
     pub(crate) xds_clients: Arc<XdsClients>,
     _xds: XdsInstruments,
@@ -313,7 +301,6 @@ impl Instruments {
         let on = |name: &str| enabled.contains(&name);
         let xds_clients = Arc::new(XdsClients::default());
         Instruments {
-            subchannel: subchannel::Instruments::new(meter, enabled),
             _xds: XdsInstruments::new(meter, enabled, &xds_clients),
             xds_clients,
             attempt_started: meter
