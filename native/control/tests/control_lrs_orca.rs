@@ -28,7 +28,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use control_support::{
-    echo_session_yaml, echo_with_cookie, grpcio_client, session_cookie, Control, TempDir,
+    channel_and_grpcio, echo_session_yaml, echo_with_cookie, session_cookie, Control, TempDir,
 };
 use serde_json::Value;
 use tether::orca::{LoadReportLayer, ServerMetrics};
@@ -250,15 +250,8 @@ async fn backend_metrics_reach_the_load_reports_alike_from_the_channel_and_c_cor
     let (to_a, to_b) = (session_cookie(a.addr()), session_cookie(b.addr()));
     let control = Control::start_with_admin(&yaml(a.addr(), b.addr())).await;
     let dir = TempDir::new("lrs-orca");
-    let tether_bootstrap = dir.0.join("tether.json");
-    std::fs::write(&tether_bootstrap, control.bootstrap_json(TETHER)).unwrap();
-    let channel = tether::Channel::builder()
-        .bootstrap(tether_xds::Bootstrap::from_file(&tether_bootstrap).unwrap())
-        .connect(TARGET)
-        .unwrap();
-    let core = grpcio_client(&dir.bootstrap(&control.bootstrap_json(CORE)))
-        .await
-        .with_env(CORE_SWITCH, "true");
+    let (channel, core) = channel_and_grpcio(&control, &dir, TARGET, TETHER, CORE).await;
+    let core = core.with_env(CORE_SWITCH, "true");
     let mut core = core.batches(TARGET, PACE).unwrap_or_else(|e| panic!("{e}"));
 
     let after = get_load(&control, "/load").await["last_seq"]

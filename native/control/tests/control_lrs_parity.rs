@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_support::{
-    echo_session_yaml, echo_with_cookie, grpcio_client, session_cookie, Control, TempDir,
+    channel_and_grpcio, echo_session_yaml, echo_with_cookie, session_cookie, Control, TempDir,
 };
 use serde_json::Value;
 use tether_testkit::grpc::GrpcBackend;
@@ -316,13 +316,7 @@ async fn the_channel_and_c_core_report_the_same_calls_alike_per_locality() {
     let (to_x, to_y) = (session_cookie(x.addr()), session_cookie(y.addr()));
     let control = Control::start_with_admin(&yaml(x.addr(), y.addr())).await;
     let dir = TempDir::new("lrs-parity");
-    let tether_bootstrap = dir.0.join("tether.json");
-    std::fs::write(&tether_bootstrap, control.bootstrap_json(TETHER)).unwrap();
-    let channel = tether::Channel::builder()
-        .bootstrap(tether_xds::Bootstrap::from_file(&tether_bootstrap).unwrap())
-        .connect(TARGET)
-        .unwrap();
-    let core = grpcio_client(&dir.bootstrap(&control.bootstrap_json(CORE))).await;
+    let (channel, core) = channel_and_grpcio(&control, &dir, TARGET, TETHER, CORE).await;
     let mut core = core.batches(TARGET, PACE).unwrap_or_else(|e| panic!("{e}"));
 
     // (name, calls to us/a, calls to us/b, whether us/b fails them, calls

@@ -328,6 +328,27 @@ services:
     )
 }
 
+/// A tether channel on `target` with node `tether_node` and a grpcio
+/// client with node `core_node`, both through `control`, their bootstraps
+/// in `dir`.
+#[allow(dead_code)]
+pub async fn channel_and_grpcio(
+    control: &Control,
+    dir: &TempDir,
+    target: &str,
+    tether_node: &str,
+    core_node: &str,
+) -> (tether::Channel, tether_testkit::grpcio::Client) {
+    let tether_bootstrap = dir.0.join("tether.json");
+    std::fs::write(&tether_bootstrap, control.bootstrap_json(tether_node)).unwrap();
+    let channel = tether::Channel::builder()
+        .bootstrap(tether_xds::Bootstrap::from_file(&tether_bootstrap).unwrap())
+        .connect(target)
+        .unwrap();
+    let core = grpcio_client(&dir.bootstrap(&control.bootstrap_json(core_node))).await;
+    (channel, core)
+}
+
 /// One Echo call over `channel` with the metadata `cookie` (10 s
 /// deadline); the backend that answered.
 #[allow(dead_code)]
