@@ -108,6 +108,16 @@ impl Backend<Grpc> {
         addr: SocketAddr,
         max_age: Duration,
     ) -> (GrpcBackend, Arc<AtomicU64>) {
+        Self::start_rotating_on_listener(name, bind(addr).await, max_age).await
+    }
+
+    /// [`Backend::start_rotating`] on `listener`, bound by the caller (so
+    /// no other process can take its port in between).
+    pub async fn start_rotating_on_listener(
+        name: &str,
+        listener: tokio::net::TcpListener,
+        max_age: Duration,
+    ) -> (GrpcBackend, Arc<AtomicU64>) {
         let goaways = Arc::new(AtomicU64::new(0));
         let rotation = Rotation {
             max_age,
@@ -115,7 +125,7 @@ impl Backend<Grpc> {
         };
         let backend = Self::start_wrapped_full(
             name,
-            bind(addr).await,
+            listener,
             Duration::ZERO,
             None,
             Some(rotation),

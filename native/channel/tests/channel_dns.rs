@@ -4,7 +4,7 @@
 //! (grpcio, its c-ares resolver asking the same kind of server).
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use tether::channel::WaitForReady;
@@ -33,14 +33,18 @@ async fn scaled(n: u8, max_age: Option<Duration>) -> (u16, Vec<GrpcBackend>) {
                 Err(_) => continue 'port,
             }
         }
-        drop(held);
+        // The listeners bound here serve: dropping them to bind again would
+        // let another process take the port in between.
         let mut backends = Vec::new();
-        for i in 2..2 + n {
-            let addr = SocketAddr::from((Ipv4Addr::new(127, 0, 0, i), port));
+        for (i, listener) in (2..2 + n).zip(held) {
             let name = format!("b{i}");
             backends.push(match max_age {
-                Some(age) => GrpcBackend::start_rotating_on(&name, addr, age).await.0,
-                None => GrpcBackend::start_on(&name, addr).await,
+                Some(age) => {
+                    GrpcBackend::start_rotating_on_listener(&name, listener, age)
+                        .await
+                        .0
+                }
+                None => GrpcBackend::start_on_listener(&name, listener).await,
             });
         }
         return (port, backends);
