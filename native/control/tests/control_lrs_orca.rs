@@ -183,15 +183,6 @@ fn sums(page: &Value, node: &str, after: u64) -> (BTreeMap<String, Locality>, Ve
     (out, each)
 }
 
-/// `GET /load` (`path` with its query).
-async fn get_load(control: &Control, path: &str) -> Value {
-    let admin = control.admin.expect("started with --admin");
-    tether_testkit::client::get(admin, path, &[])
-        .await
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
-        .json()
-}
-
 /// `node`'s reports since `after` once every locality of `want` counts
 /// its calls answered (a call's metrics are added as it ends, with its
 /// success, so they are in the same report). Panics when a figure goes
@@ -204,7 +195,7 @@ async fn settled(
 ) -> (BTreeMap<String, Locality>, usize) {
     let start = Instant::now();
     loop {
-        let page = get_load(control, &format!("/load?node={node}")).await;
+        let page = control.admin_json(&format!("/load?node={node}")).await;
         let (got, each) = sums(&page, node, after);
         for (l, f) in &got {
             let w = want.get(l.as_str()).copied().unwrap_or(0);
@@ -254,7 +245,7 @@ async fn backend_metrics_reach_the_load_reports_alike_from_the_channel_and_c_cor
     let core = core.with_env(CORE_SWITCH, "true");
     let mut core = core.batches(TARGET, PACE).unwrap_or_else(|e| panic!("{e}"));
 
-    let after = get_load(&control, "/load").await["last_seq"]
+    let after = control.admin_json("/load").await["last_seq"]
         .as_u64()
         .expect("last_seq");
     let tether_side = async {

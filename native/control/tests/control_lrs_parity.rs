@@ -208,23 +208,14 @@ fn phase_of(page: &Value, node: &str, after: u64) -> Phase {
     out
 }
 
-/// `GET /load` (`path` with its query).
-async fn get_load(control: &Control, path: &str) -> Value {
-    let admin = control.admin.expect("started with --admin");
-    tether_testkit::client::get(admin, path, &[])
-        .await
-        .unwrap_or_else(|e| panic!("GET {path}: {e}"))
-        .json()
-}
-
 async fn load_page(control: &Control, node: &str) -> Value {
-    get_load(control, &format!("/load?node={node}")).await
+    control.admin_json(&format!("/load?node={node}")).await
 }
 
 /// The latest report number tether-control gave (read from the page of
 /// every client).
 async fn last_seq(control: &Control) -> u64 {
-    let page = get_load(control, "/load").await;
+    let page = control.admin_json("/load").await;
     assert_eq!(page["reports_kept"], 32, "{page}");
     page["last_seq"].as_u64().expect("last_seq")
 }

@@ -211,6 +211,17 @@ impl Control {
         tether_testkit::client::until_json(admin, "/status", what, want).await
     }
 
+    /// A JSON page of the admin listener (`path` with its query, e.g.
+    /// `/load?node=N`).
+    #[allow(dead_code)]
+    pub async fn admin_json(&self, path: &str) -> serde_json::Value {
+        let admin = self.admin.expect("started with --admin");
+        tether_testkit::client::get(admin, path, &[])
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+            .json()
+    }
+
     /// The admin listener's `/metrics` page.
     #[allow(dead_code)]
     pub async fn metrics(&self) -> String {
