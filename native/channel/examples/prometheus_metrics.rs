@@ -106,6 +106,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let cookie = CookieSpec::new("grpc-session", "/", Duration::from_secs(600), Vec::new())
         .map_err(|e| e.to_string())?;
+    // Kept while the metrics are served: a channel's sessions
+    // (`tether.client.sessions`) are observed while it lives.
+    let mut channels = Vec::new();
     for target in &args.targets {
         let mut builder = Channel::builder().telemetry(telemetry.clone());
         if !target.starts_with("xds:") {
@@ -115,6 +118,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let channel = builder.connect(target)?;
         let mut client = EchoClient::new(channel.with_cookie_jar(CookieJar::new()));
+        channels.push(channel);
         for i in 0..args.calls {
             let request = tonic::Request::new(EchoRequest {
                 message: format!("call {i}"),

@@ -5,10 +5,13 @@
 //! after the ejection time, and is ejected for longer on a repeat; by
 //! failure percentage and by success rate; `maxEjectionPercent` holds; a
 //! session pinned to the failing backend moves with a new cookie. gRPC
-//! C-core (grpcio) over the same file ejects the failing backend too.
+//! C-core (grpcio) over the same file ejects the failing backend too. The
+//! channel records gRFC A91's ejections, enforced and held back by the cap.
 
 #[path = "../../control/tests/control_support/mod.rs"]
 mod control_support;
+#[path = "channel_support/telemetry.rs"]
+mod telemetry_support;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
@@ -24,17 +27,27 @@ const INTERVAL_MS: u64 = 300;
 /// Three backends (the first failing while its switch is on) behind one
 /// service with `outlier` as its `outlierDetection` block; a route with
 /// sessions when `session`.
-async fn setup(
-    outlier: &str,
-    session: bool,
-    healthy: usize,
-) -> (
+async fn setup(outlier: &str, session: bool, healthy: usize) -> Setup {
+    setup_recorded(outlier, session, healthy, None).await
+}
+
+/// The backends, the failing switch, tether-control, its files and the
+/// channel.
+type Setup = (
     Vec<GrpcBackend>,
     Arc<AtomicBool>,
     Control,
     TempDir,
     tether::Channel,
-) {
+);
+
+/// [`setup`], the channel recording with `telemetry` when given.
+async fn setup_recorded(
+    outlier: &str,
+    session: bool,
+    healthy: usize,
+    telemetry: Option<tether::Telemetry>,
+) -> Setup {
     let failing = Arc::new(AtomicBool::new(true));
     let mut backends = vec![GrpcBackend::start_failing("bad", failing.clone()).await];
     for i in 0..healthy {
@@ -55,10 +68,12 @@ async fn setup(
     let control = Control::start(&yaml).await;
     let dir = TempDir::new("od-bootstrap");
     let bootstrap = dir.bootstrap(&control.bootstrap_json("od-channel"));
-    let channel = tether::Channel::builder()
-        .bootstrap(tether::xds::Bootstrap::from_file(&bootstrap).unwrap())
-        .connect("xds:///od.tether.test")
-        .unwrap();
+    let mut builder = tether::Channel::builder()
+        .bootstrap(tether::xds::Bootstrap::from_file(&bootstrap).unwrap());
+    if let Some(t) = telemetry {
+        builder = builder.telemetry(t);
+    }
+    let channel = builder.connect("xds:///od.tether.test").unwrap();
     (backends, failing, control, dir, channel)
 }
 
@@ -215,7 +230,16 @@ async fn max_ejection_percent_keeps_the_second_failing_backend_in() {
         "      interval: {}s\n      baseEjectionTime: 5s\n      maxEjectionPercent: 30\n      failurePercentage: {{ minimumHosts: 3, requestVolume: 5 }}\n",
         INTERVAL_MS as f64 / 1000.0
     );
-    let (backends, failing, control, _dir, channel) = setup(&outlier, false, 1).await;
+    // gRFC A91's instruments, with the backend service.
+    let recorder = telemetry_support::Recorder::new();
+    let telemetry = tether::Telemetry::builder(&recorder.provider)
+        .enable_metric("grpc.lb.outlier_detection.ejections_enforced")
+        .and_then(|t| t.enable_metric("grpc.lb.outlier_detection.ejections_unenforced"))
+        .and_then(|t| t.add_optional_label("grpc.lb.backend_service"))
+        .unwrap()
+        .build();
+    let (backends, failing, control, _dir, channel) =
+        setup_recorded(&outlier, false, 1, Some(telemetry)).await;
     let bad2 = GrpcBackend::start_failing("bad-2", failing.clone()).await;
     // Add the second failing backend to the file.
     let yaml = std::fs::read_to_string(&control.config).unwrap();
@@ -236,6 +260,53 @@ async fn max_ejection_percent_keeps_the_second_failing_backend_in() {
     );
     assert!(seen.contains_key("good-0"), "{seen:?}");
     assert!(control.nacks_none(), "{}", control.stderr());
+    // One ejection enforced, the other outlier held back by the cap, each
+    // by failure percentage, in the cluster tether-control named.
+    let read = recorder.read();
+    let points = |name: &str| {
+        let i = read
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} not recorded: {:?}", read.keys()));
+        assert_eq!(i.unit, "{ejection}");
+        i.points.clone()
+    };
+    let enforced = points("grpc.lb.outlier_detection.ejections_enforced");
+    let unenforced = points("grpc.lb.outlier_detection.ejections_unenforced");
+    let (labels, (n, _)) = enforced.iter().next().unwrap();
+    let cluster = &labels
+        .iter()
+        .find(|(k, _)| k == "grpc.lb.backend_service")
+        .expect("the backend service")
+        .1;
+    assert!(!cluster.is_empty());
+    assert_eq!(
+        labels,
+        &telemetry_support::labels(&[
+            ("grpc.target", "xds:///od.tether.test"),
+            ("grpc.lb.backend_service", cluster),
+            (
+                "grpc.lb.outlier_detection.detection_method",
+                "failure_percentage"
+            ),
+        ])
+    );
+    assert!(*n >= 1, "{enforced:?}");
+    let overflow = telemetry_support::labels(&[
+        ("grpc.target", "xds:///od.tether.test"),
+        ("grpc.lb.backend_service", cluster),
+        (
+            "grpc.lb.outlier_detection.detection_method",
+            "failure_percentage",
+        ),
+        (
+            "grpc.lb.outlier_detection.unenforced_reason",
+            "max_ejection_overflow",
+        ),
+    ]);
+    assert!(
+        unenforced.get(&overflow).is_some_and(|p| p.0 >= 1),
+        "{unenforced:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

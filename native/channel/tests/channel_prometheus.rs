@@ -2,7 +2,8 @@
 //! `prometheus`, one-second scrapes on 127.0.0.1): the example's channels
 //! call real tonic backends (a session pinned to one of two, and a target
 //! where nothing listens), and PromQL returns the calls by status, the
-//! attempts and the session calls the example made.
+//! attempts, the session calls the example made and the session it keeps
+//! pinned.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -80,6 +81,16 @@ async fn prometheus_scrapes_the_example_programs_grpc_and_session_metrics() {
     prometheus
         .until(
             "sum(tether_client_session_cookies_total{tether_session_cookie=\"new\"})",
+            1.0,
+        )
+        .await;
+    // The session stays pinned to one endpoint of the two (static
+    // endpoints have no EDS health: UNKNOWN, as gRPC reads them).
+    prometheus
+        .until(
+            &format!(
+                "count(tether_client_sessions{{grpc_target=\"{serving}\",tether_endpoint_health=\"UNKNOWN\"}} == 1)"
+            ),
             1.0,
         )
         .await;

@@ -4,6 +4,8 @@
 //! its endpoint, and the response carries C-core's cookie when it changed.
 
 mod channel_support;
+#[path = "channel_support/telemetry.rs"]
+mod telemetry_support;
 #[path = "../../xds/tests/xds_support/mod.rs"]
 mod xds_support;
 
@@ -182,6 +184,67 @@ async fn draining_keeps_its_sessions_when_in_the_status_set_and_takes_no_new_one
             "the pinned session stays on the DRAINING endpoint"
         );
         assert!(set.is_empty());
+    }
+}
+
+/// `tether.client.sessions` follows the session's endpoint from HEALTHY
+/// to DRAINING: one session, on the endpoint that served it, in the
+/// cluster `c`; the other endpoints have none and no series.
+#[tokio::test]
+async fn the_sessions_gauge_shows_the_session_on_its_draining_endpoint() {
+    let f = Fixture::start(Mode::Serve).await;
+    let statuses = [
+        HealthStatus::Unknown,
+        HealthStatus::Healthy,
+        HealthStatus::Draining,
+    ];
+    let bs = three().await;
+    let addrs: Vec<_> = bs.iter().map(|b| b.addr()).collect();
+    serve_session(
+        &f,
+        vec![cluster_override_status("c", &statuses)],
+        vec![eds("c", vec![Loc::of(&addrs)], &[])],
+    );
+    let recorder = telemetry_support::Recorder::new();
+    let ch = tether::Channel::builder()
+        .bootstrap(xds_support::bootstrap(f.addr, NODE))
+        .telemetry(tether::Telemetry::builder(&recorder.provider).build())
+        .connect(&format!("xds:///{TARGET}"))
+        .unwrap();
+    let (first, set) = echo_cookie(&ch, None).await.unwrap();
+    let cookie = pair(&set[0]);
+    let served = bs.iter().find(|b| b.name() == first).unwrap().addr();
+    let gauge = |health: &str| {
+        let read = recorder.read();
+        let sessions = read.get("tether.client.sessions").expect("the gauge");
+        assert_eq!(sessions.unit, "{session}");
+        let expected = telemetry_support::labels(&[
+            ("grpc.target", &format!("xds:///{TARGET}")),
+            ("grpc.lb.backend_service", "c"),
+            ("tether.endpoint", &served.to_string()),
+            ("tether.endpoint.health", health),
+        ]);
+        (
+            sessions.points.len(),
+            sessions.points.get(&expected).map(|p| p.0),
+        )
+    };
+    // A session counts from its first call with the cookie.
+    assert_eq!(echo_cookie(&ch, Some(&cookie)).await.unwrap().0, first);
+    assert_eq!(gauge("HEALTHY"), (1, Some(1)));
+    f.set_resources(EDS, vec![draining(&bs, &first)]);
+    f.push(EDS);
+    // The session's next calls still land there; the update is in once the
+    // gauge reads DRAINING (bounded).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while gauge("DRAINING") != (1, Some(1)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{:?}",
+            gauge("DRAINING")
+        );
+        let (b, _) = echo_cookie(&ch, Some(&cookie)).await.unwrap();
+        assert_eq!(b, first);
     }
 }
 

@@ -10,10 +10,14 @@
 //! The channel's parts are all real: subchannels, pickers, timers. Over
 //! xDS, tether-control serves the cluster and gRPC C-core (grpcio) runs the
 //! same calls against the same backends: it reads tether's per-call
-//! trailers and out-of-band streams and sends the same 4 : 2 : 1.
+//! trailers and out-of-band streams and sends the same 4 : 2 : 1. The
+//! channel over xDS records gRFC A78's `grpc.lb.wrr.*` instruments with
+//! the optional locality and backend-service labels.
 
 #[path = "../../control/tests/control_support/mod.rs"]
 mod control_support;
+#[path = "channel_support/telemetry.rs"]
+mod telemetry_support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -322,6 +326,62 @@ async fn grpcio_spread(client: &Client, target: &str) -> BTreeMap<String, usize>
     counts
 }
 
+/// A78's `grpc.lb.wrr.*` instruments of a channel to `target` whose
+/// weights are in use: every label set carries the target, the locality
+/// and the cluster; the weights were recorded, no endpoint was stale or
+/// waited out a blackout (there is none), and the first scheduler, before
+/// any report, fell back to round robin.
+fn wrr_metrics_recorded(recorder: &telemetry_support::Recorder, target: &str) {
+    let read = recorder.read();
+    let get = |name: &str| {
+        read.get(name)
+            .unwrap_or_else(|| panic!("{name} not recorded: {:?}", read.keys()))
+    };
+    let weights = get("grpc.lb.wrr.endpoint_weights");
+    assert_eq!(weights.unit, "{weight}");
+    let (labels, (count, sum)) = weights.points.iter().next().expect("a point");
+    assert_eq!(
+        weights.points.len(),
+        1,
+        "one locality: {:?}",
+        weights.points
+    );
+    let keys: Vec<&str> = labels.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["grpc.lb.backend_service", "grpc.lb.locality", "grpc.target"]
+    );
+    let value = |key: &str| labels.iter().find(|(k, _)| k == key).unwrap().1.clone();
+    assert_eq!(value("grpc.target"), target);
+    assert!(
+        value("grpc.lb.locality").starts_with("{region="),
+        "{labels:?}"
+    );
+    assert!(!value("grpc.lb.backend_service").is_empty(), "{labels:?}");
+    assert!(*count >= 3 && *sum > 0.0, "{count} weights, sum {sum}");
+    for name in [
+        "grpc.lb.wrr.endpoint_weight_not_yet_usable",
+        "grpc.lb.wrr.endpoint_weight_stale",
+    ] {
+        let i = get(name);
+        assert_eq!(i.unit, "{endpoint}");
+        assert_eq!(i.points.get(labels).map(|p| p.0), Some(0), "{name}");
+    }
+    let fallback = get("grpc.lb.wrr.rr_fallback");
+    assert_eq!(fallback.unit, "{update}");
+    assert!(fallback.points.get(labels).is_some_and(|p| p.0 >= 1));
+    // The attempts carry the same locality and cluster (A78, A89).
+    let attempts = &get("grpc.client.attempt.duration").points;
+    let ok = telemetry_support::labels(&[
+        ("grpc.target", target),
+        ("grpc.method", telemetry_support::METHOD),
+        ("grpc.status", "OK"),
+        ("grpc.lb.locality", &value("grpc.lb.locality")),
+        ("grpc.lb.backend_service", &value("grpc.lb.backend_service")),
+    ]);
+    assert!(attempts.get(&ok).is_some_and(|p| p.0 > 0), "{attempts:?}");
+}
+
 /// The same cluster from tether-control: tether's channel and gRPC C-core
 /// (grpcio) both send 4 : 2 : 1, per call and out of band, and `tether
 /// call`'s source (the response's `PickedPeer`) names the policy.
@@ -340,11 +400,21 @@ async fn over_xds_tether_and_c_core_weigh_the_same_reports_alike() {
     let expected = [("u0", 4.0), ("u1", 2.0), ("u2", 1.0)];
 
     for target in ["xds:///wrr.tether.test", "xds:///oob.tether.test"] {
+        let recorder = telemetry_support::Recorder::new();
+        let mut telemetry = tether::Telemetry::builder(&recorder.provider);
+        for name in &tether::telemetry::OPTIONAL_METRICS[8..12] {
+            telemetry = telemetry.enable_metric(name).unwrap();
+        }
+        for label in tether::telemetry::OPTIONAL_LABELS {
+            telemetry = telemetry.add_optional_label(label).unwrap();
+        }
         let channel = Channel::builder()
             .bootstrap(tether::xds::Bootstrap::from_file(&bootstrap).unwrap())
+            .telemetry(telemetry.build())
             .connect(target)
             .unwrap();
         until_weighted(&channel, 3).await;
+        wrr_metrics_recorded(&recorder, target);
         let counts = spread(&channel).await;
         println!("tether {target}:");
         assert_shares(&counts, &expected);

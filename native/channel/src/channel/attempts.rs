@@ -117,6 +117,7 @@ pub(super) async fn run(
             endpoint,
             policy: picked_by,
             snapshot,
+            labels,
         } = match picked {
             Ok(picked) => picked,
             Err(PickError::Final(status)) => {
@@ -149,6 +150,9 @@ pub(super) async fn run(
             parts
                 .headers
                 .insert(GRPC_TIMEOUT.clone(), encode_timeout(left));
+        }
+        if let (Some(a), Some(l)) = (attempt.as_mut(), labels) {
+            a.set_labels(l);
         }
         let Some(body) = replay.attempt() else {
             guard.release();

@@ -232,7 +232,12 @@ fn run<'a>(
         };
         on_response(&config, &call, &answered, &mut parts);
         if let (Some(m), Some(session)) = (&inner.metrics, &config.session) {
-            m.session(session.outcome(&answered));
+            let o = session.outcome(&answered);
+            m.session(
+                o.call.label(),
+                o.cookie.map(|c| c.label()),
+                o.envoy_misreads,
+            );
         }
         if let Some(code) = parts.headers.get(&GRPC_STATUS) {
             // Trailers-only: the call is over.

@@ -829,6 +829,11 @@ impl ChannelBuilder {
             providers,
         );
         let shared = Arc::new(Shared::new());
+        let metrics = self
+            .telemetry
+            .clone()
+            .or_else(crate::telemetry::Telemetry::global)
+            .map(|t| t.for_channel(target));
         let serializer = WorkSerializer::new(
             target.to_owned(),
             pool,
@@ -836,6 +841,7 @@ impl ChannelBuilder {
             control_tx.downgrade(),
             shared.clone(),
             self.session.clone(),
+            metrics.as_ref().map(|m| m.lb()),
         );
         let task = tokio::spawn(serializer.run(lb_rx, control_rx));
         Ok(Inner {
@@ -847,11 +853,7 @@ impl ChannelBuilder {
             user_agent,
             wait_for_ready: self.wait_for_ready,
             session_format: self.session.format,
-            metrics: self
-                .telemetry
-                .clone()
-                .or_else(crate::telemetry::Telemetry::global)
-                .map(|t| t.for_channel(target)),
+            metrics,
             shared,
             control: control_tx,
             tasks: vec![task.abort_handle()],

@@ -12,7 +12,7 @@ use tonic::Status;
 
 use super::attempt::CallGuard;
 use super::work_serializer::{Shared, Snapshot};
-use crate::lb::{PickArgs, PickResult, Subchannel};
+use crate::lb::{CallLabels, PickArgs, PickResult, Subchannel};
 use crate::subchannel::Connection;
 
 /// A subchannel picked for an attempt, with a live connection.
@@ -28,6 +28,8 @@ pub(super) struct Picked {
     pub(super) policy: &'static str,
     /// The snapshot whose picker chose it.
     pub(super) snapshot: Arc<Snapshot>,
+    /// The attempt's optional metric labels, when the channel records them.
+    pub(super) labels: Option<Arc<CallLabels>>,
 }
 
 /// Why no subchannel was picked.
@@ -68,6 +70,7 @@ pub(super) async fn pick(
                         endpoint: pick.endpoint,
                         policy: pick.policy,
                         snapshot,
+                        labels: pick.labels,
                     });
                 }
                 // Never sent: no outcome for the trackers.

@@ -96,6 +96,8 @@ pub(crate) struct WorkSerializer {
     /// session keys rotate.
     routes: Option<RouteInputs>,
     last_state: Option<ConnectivityState>,
+    /// What the LB policies record, when the channel has a telemetry.
+    lb_metrics: Option<Arc<crate::telemetry::LbMetrics>>,
 }
 
 /// The parts of a resolver result the route table is made from.
@@ -114,12 +116,14 @@ impl WorkSerializer {
         control_tx: mpsc::WeakUnboundedSender<Control>,
         shared: Arc<Shared>,
         session_options: SessionOptions,
+        lb_metrics: Option<Arc<crate::telemetry::LbMetrics>>,
     ) -> Self {
         log::debug!(
             "{target}: session cookies it writes: {}",
             tether_core::cookie::readers::explain(session_options.format, false)
         );
         WorkSerializer {
+            lb_metrics,
             session_options,
             cookie_notes: Arc::default(),
             target,
@@ -159,7 +163,8 @@ impl WorkSerializer {
     }
 
     fn ctx_parts(&mut self) -> (Ctx<'_>, &mut ClusterManager) {
-        let ctx = Ctx::new(&self.pool, &self.lb_tx, &mut self.next_timer, &self.target);
+        let ctx = Ctx::new(&self.pool, &self.lb_tx, &mut self.next_timer, &self.target)
+            .with_metrics(self.lb_metrics.as_deref());
         (ctx, &mut self.root)
     }
 

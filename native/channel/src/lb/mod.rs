@@ -128,6 +128,8 @@ use crate::credentials::XdsSecurity;
 use crate::subchannel::pool::Security;
 pub use crate::subchannel::ConnectivityState;
 pub use crate::subchannel::{Subchannel, SubchannelId, SubchannelPool};
+pub use crate::telemetry::CallLabels;
+use crate::telemetry::{LbLabels, LbMetrics, OutlierRecorder, WrrRecorder};
 pub use crate::xds::resource::endpoint::HealthStatus;
 pub use aggregate::aggregate_state;
 pub use cds::policy_chain;
@@ -281,6 +283,9 @@ pub struct Pick {
     /// `xds_override_host` for a session's endpoint, a custom policy's
     /// name, ...), which `tether call` reports.
     pub policy: &'static str,
+    /// The optional labels of the attempt's metrics the pick knows (set
+    /// by `xds_cluster_impl` when the channel records them).
+    pub labels: Option<Arc<CallLabels>>,
 }
 
 impl Pick {
@@ -291,6 +296,7 @@ impl Pick {
             trackers: Trackers::new(),
             endpoint: None,
             policy,
+            labels: None,
         }
     }
 }
@@ -451,6 +457,12 @@ pub struct Ctx<'a> {
     /// While set, the addresses of the subchannels handed out
     /// ([`Ctx::record_subchannels`]).
     recorded: std::cell::RefCell<Option<Vec<SocketAddr>>>,
+    /// What policies record (gRFC A78, A91), when the channel has a
+    /// telemetry.
+    metrics: Option<&'a LbMetrics>,
+    /// The labels of the subtree being updated (set by `cds` and
+    /// `weighted_target` for their children), for what policies record.
+    pub(crate) labels: LbLabels,
 }
 
 impl<'a> Ctx<'a> {
@@ -468,7 +480,50 @@ impl<'a> Ctx<'a> {
             target,
             security: None,
             recorded: std::cell::RefCell::new(None),
+            metrics: None,
+            labels: LbLabels::default(),
         }
+    }
+
+    /// The context with the channel's LB recorder.
+    pub(crate) fn with_metrics(mut self, metrics: Option<&'a LbMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// Whether the channel records what policies do (labels are worth
+    /// setting).
+    pub(crate) fn records(&self) -> bool {
+        self.metrics.is_some()
+    }
+
+    /// Whether picks should carry [`CallLabels`] (the channel records an
+    /// optional label of them).
+    pub(crate) fn records_call_labels(&self) -> bool {
+        self.metrics.is_some_and(LbMetrics::call_labels)
+    }
+
+    /// Has the channel's `tether.client.sessions` observe `source`, with
+    /// the subtree's backend service, while it lives.
+    pub(crate) fn watch_sessions(
+        &self,
+        source: std::sync::Weak<dyn crate::telemetry::SessionSource>,
+    ) {
+        if let Some(m) = self.metrics {
+            m.watch_sessions(&self.labels, source);
+        }
+    }
+
+    /// The recorder of A78's `weighted_round_robin` instruments for a
+    /// policy in the subtree being updated, if any of them is on.
+    pub(crate) fn wrr_recorder(&self) -> Option<WrrRecorder> {
+        self.metrics?.weighted_round_robin(&self.labels)
+    }
+
+    /// The recorder of A91's outlier-detection instruments for a policy in
+    /// the subtree being updated, if either is on.
+    pub(crate) fn outlier_recorder(&self) -> Option<OutlierRecorder> {
+        self.metrics?.outlier_detection(&self.labels)
     }
 
     /// The subchannel for `address`: the pool's existing one (shared with

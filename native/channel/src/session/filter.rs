@@ -131,6 +131,18 @@ pub(crate) enum SessionCallKind {
     Refused,
 }
 
+impl SessionCallKind {
+    /// The `tether.session.call` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            SessionCallKind::Pinned => "pinned",
+            SessionCallKind::Moved => "moved",
+            SessionCallKind::New => "new",
+            SessionCallKind::Refused => "refused",
+        }
+    }
+}
+
 /// Why a call's response set a session cookie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CookieWritten {
@@ -141,6 +153,17 @@ pub(crate) enum CookieWritten {
     /// The session stayed and its cookie was re-issued (the cluster added,
     /// a format or key upgrade, a value stock Envoy misreads respelled).
     Reissued,
+}
+
+impl CookieWritten {
+    /// The `tether.session.cookie` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            CookieWritten::New => "new",
+            CookieWritten::Moved => "moved",
+            CookieWritten::Reissued => "reissued",
+        }
+    }
 }
 
 /// What the session metrics count of one session call.

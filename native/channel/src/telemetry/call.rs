@@ -18,8 +18,7 @@ use tokio::time::Instant;
 use tonic::body::Body;
 use tonic::Code;
 
-use super::{AttributeFilter, Instruments, MessageBytes, MAX_METHODS};
-use crate::session::filter::{CookieWritten, SessionCallKind, SessionOutcome};
+use super::{AttributeFilter, CallLabels, Instruments, MessageBytes, MAX_METHODS};
 
 /// The per-call instruments bound to one method's labels (the SDK resolves
 /// a label set once, not on every measurement), each status's bound when
@@ -146,6 +145,15 @@ impl ChannelMetrics {
         made
     }
 
+    /// What this channel's LB policies record (A78's `weighted_round_robin`
+    /// and A91's instruments).
+    pub(crate) fn lb(&self) -> Arc<super::LbMetrics> {
+        Arc::new(super::LbMetrics::new(
+            self.instruments.clone(),
+            self.target.clone(),
+        ))
+    }
+
     /// Polls `client` for A78's XdsClient instruments, labelled with this
     /// channel's target.
     pub(crate) fn watch_xds_client(&self, client: &tether_xds::XdsClient) {
@@ -154,15 +162,11 @@ impl ChannelMetrics {
             .add(&self.target, client.metrics());
     }
 
-    /// A session call ended as `outcome` says.
-    pub(crate) fn session(&self, outcome: SessionOutcome) {
+    /// A session call ended: what became of it (`tether.session.call`),
+    /// why its response set a cookie (`tether.session.cookie`), and whether
+    /// its cookie is one stock Envoy misreads.
+    pub(crate) fn session(&self, call: &'static str, cookie: Option<&'static str>, misread: bool) {
         let i = &self.instruments;
-        let call = match outcome.call {
-            SessionCallKind::Pinned => "pinned",
-            SessionCallKind::Moved => "moved",
-            SessionCallKind::New => "new",
-            SessionCallKind::Refused => "refused",
-        };
         i.session_calls.add(
             1,
             &[
@@ -170,12 +174,7 @@ impl ChannelMetrics {
                 KeyValue::new("tether.session.call", call),
             ],
         );
-        if let Some(why) = outcome.cookie {
-            let why = match why {
-                CookieWritten::New => "new",
-                CookieWritten::Moved => "moved",
-                CookieWritten::Reissued => "reissued",
-            };
+        if let Some(why) = cookie {
             i.session_cookies.add(
                 1,
                 &[
@@ -184,7 +183,7 @@ impl ChannelMetrics {
                 ],
             );
         }
-        if outcome.envoy_misreads {
+        if misread {
             i.session_envoy_misreads
                 .add(1, std::slice::from_ref(&self.target));
         }
@@ -317,6 +316,7 @@ impl CallMetrics {
             start: Instant::now(),
             sent: None,
             rcvd: MessageBytes::default(),
+            labels: None,
             done: false,
         }
     }
@@ -375,6 +375,9 @@ pub(crate) struct AttemptMetrics {
     sent: Option<Arc<AtomicU64>>,
     /// Message bytes of its response read so far.
     rcvd: MessageBytes,
+    /// The optional labels its pick knew (A78's locality, A89's backend
+    /// service), when the channel records them.
+    labels: Option<Arc<CallLabels>>,
     done: bool,
 }
 
@@ -395,6 +398,11 @@ impl AttemptMetrics {
         self.rcvd.feed(chunk);
     }
 
+    /// The pick's optional labels (the last pick's, as A89 says).
+    pub(crate) fn set_labels(&mut self, labels: Arc<CallLabels>) {
+        self.labels = Some(labels);
+    }
+
     /// The attempt ended with `code`.
     pub(crate) fn end(mut self, code: Code) {
         self.record(code);
@@ -408,13 +416,40 @@ impl AttemptMetrics {
         shared
             .last_end_ns
             .store(shared.since_start_ns(), Ordering::Relaxed);
-        let bound = shared.method.status(&shared.instruments, code);
-        bound
-            .attempt_duration
-            .record(self.start.elapsed().as_secs_f64());
+        let duration = self.start.elapsed().as_secs_f64();
         let sent = self.sent.as_ref().map_or(0, |s| s.load(Ordering::Relaxed));
+        let rcvd = self.rcvd.total();
+        let i = &shared.instruments;
+        let on = i.optional_labels;
+        if on.locality || on.backend_service {
+            // With optional labels: unbound, the label set made here (only
+            // channels that turned a label on pay for it); empty where the
+            // pick knew none (it failed, or the cluster is not xDS's).
+            let empty = || Arc::<str>::from("");
+            let mut labels = with_status(&shared.method.labels, code).to_vec();
+            if on.locality {
+                let l = self
+                    .labels
+                    .as_ref()
+                    .map_or_else(empty, |l| l.locality.clone());
+                labels.push(KeyValue::new("grpc.lb.locality", l));
+            }
+            if on.backend_service {
+                let b = self
+                    .labels
+                    .as_ref()
+                    .map_or_else(empty, |l| l.backend_service.clone());
+                labels.push(KeyValue::new("grpc.lb.backend_service", b));
+            }
+            i.attempt_duration.record(duration, &labels);
+            i.attempt_sent.record(sent, &labels);
+            i.attempt_rcvd.record(rcvd, &labels);
+            return;
+        }
+        let bound = shared.method.status(i, code);
+        bound.attempt_duration.record(duration);
         bound.attempt_sent.record(sent);
-        bound.attempt_rcvd.record(self.rcvd.total());
+        bound.attempt_rcvd.record(rcvd);
     }
 }
 

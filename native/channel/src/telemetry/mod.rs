@@ -19,9 +19,33 @@
 //! | `grpc.xds_client.resource_updates_valid` (A78, off by default) | counter | `{resource}` | `grpc.target`, `grpc.xds.server`, `grpc.xds.resource_type` |
 //! | `grpc.xds_client.resource_updates_invalid` (A78, off by default) | counter | `{resource}` | `grpc.target`, `grpc.xds.server`, `grpc.xds.resource_type` |
 //! | `grpc.xds_client.resources` (A78, off by default) | gauge | `{resource}` | `grpc.target`, `grpc.xds.authority`, `grpc.xds.cache_state`, `grpc.xds.resource_type` |
+//! | `grpc.lb.wrr.rr_fallback` (A78, off by default) | counter | `{update}` | `grpc.target`, `grpc.lb.locality`\*, `grpc.lb.backend_service`\* |
+//! | `grpc.lb.wrr.endpoint_weight_not_yet_usable` (A78, off by default) | counter | `{endpoint}` | the same |
+//! | `grpc.lb.wrr.endpoint_weight_stale` (A78, off by default) | counter | `{endpoint}` | the same |
+//! | `grpc.lb.wrr.endpoint_weights` (A78, off by default) | histogram | `{weight}` | the same |
+//! | `grpc.lb.outlier_detection.ejections_enforced` (A91, off by default) | counter | `{ejection}` | `grpc.target`, `grpc.lb.backend_service`\*, `grpc.lb.outlier_detection.detection_method` |
+//! | `grpc.lb.outlier_detection.ejections_unenforced` (A91, off by default) | counter | `{ejection}` | the same, `grpc.lb.outlier_detection.unenforced_reason` |
 //! | `tether.client.session.calls` | counter | `{call}` | `grpc.target`, `tether.session.call` |
 //! | `tether.client.session.cookies` | counter | `{cookie}` | `grpc.target`, `tether.session.cookie` |
 //! | `tether.client.session.envoy_misreads` | counter | `{call}` | `grpc.target` |
+//! | `tether.client.sessions` | gauge | `{session}` | `grpc.target`, `grpc.lb.backend_service`, `tether.endpoint`, `tether.endpoint.health` |
+//!
+//! \* Optional labels, recorded only when named in
+//! [`TelemetryBuilder::add_optional_label`] (gRFC A79), as in gRPC; empty
+//! where the channel has no value (a locality outside xDS).
+//!
+//! A78's `weighted_round_robin` instruments are recorded on every scheduler
+//! rebuild (each `weight_update_period`): each READY endpoint's weight (0
+//! when unusable), how many endpoints had no usable weight yet (no report,
+//! or within the blackout) and how many had a stale one, and a fallback to
+//! round robin when fewer than two weights were usable. A91's are recorded
+//! on each outlier-detection interval, for each outlier found: ejected, or
+//! not for `enforcement_percentage` (the draw said no) or
+//! `max_ejection_overflow` (the cap), the draw coming first as in C-core.
+//! `tether.client.sessions` is observed when the meter collects, from
+//! `xds_override_host`'s session map: one series per endpoint with pinned
+//! sessions (bounded by the cluster's endpoints), so an operator sees the
+//! sessions still on DRAINING endpoints.
 //!
 //! The `tether.` instruments are tether's own (no gRPC implementation
 //! has sessions to count): each call through a stateful session, by what
@@ -64,6 +88,7 @@
 //! stands in for A66's rule).
 
 mod call;
+mod lb;
 mod messages;
 
 use std::fmt;
@@ -79,6 +104,8 @@ use tether_xds::client::{XdsClientFigures, XdsClientMetrics};
 pub(crate) use call::{
     end_attempt, status_of, AttemptKind, AttemptMetrics, BodyMetrics, CallMetrics, ChannelMetrics,
 };
+pub use lb::CallLabels;
+pub(crate) use lb::{LbLabels, LbMetrics, OutlierRecorder, SessionSource, WrrRecorder};
 pub(crate) use messages::MessageBytes;
 
 /// The meter's name: the library, as gRPC's are named `grpc-c++`, `grpc-go`.
@@ -121,8 +148,9 @@ pub const TRANSPARENT_RETRY_BUCKETS: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0];
 
 /// The instruments gRPC defines as experimental, off unless enabled by
 /// name ([`TelemetryBuilder::enable_metric`], as gRFC A79 says): A96's
-/// retry instruments and A78's XdsClient instruments.
-pub const OPTIONAL_METRICS: [&str; 8] = [
+/// retry instruments, A78's XdsClient and `weighted_round_robin`
+/// instruments, and A91's outlier-detection ones.
+pub const OPTIONAL_METRICS: [&str; 14] = [
     "grpc.client.call.retries",
     "grpc.client.call.transparent_retries",
     "grpc.client.call.retry_delay",
@@ -131,7 +159,25 @@ pub const OPTIONAL_METRICS: [&str; 8] = [
     "grpc.xds_client.resource_updates_valid",
     "grpc.xds_client.resource_updates_invalid",
     "grpc.xds_client.resources",
+    "grpc.lb.wrr.rr_fallback",
+    "grpc.lb.wrr.endpoint_weight_not_yet_usable",
+    "grpc.lb.wrr.endpoint_weight_stale",
+    "grpc.lb.wrr.endpoint_weights",
+    "grpc.lb.outlier_detection.ejections_enforced",
+    "grpc.lb.outlier_detection.ejections_unenforced",
 ];
+
+/// The optional labels gRPC's LB policies can add, off unless named in
+/// [`TelemetryBuilder::add_optional_label`]: the locality (A78) and the
+/// backend service, the xDS cluster (A89).
+pub const OPTIONAL_LABELS: [&str; 2] = ["grpc.lb.locality", "grpc.lb.backend_service"];
+
+/// Which of [`OPTIONAL_LABELS`] are on.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OptionalLabels {
+    pub(crate) locality: bool,
+    pub(crate) backend_service: bool,
+}
 
 /// The XdsClients of the channels that record with one [`Telemetry`],
 /// each with its channel's `grpc.target`: A78's instruments poll them
@@ -294,13 +340,102 @@ pub(crate) struct Instruments {
     /// A78's XdsClient instruments, and the clients they read.
     pub(crate) xds_clients: Arc<XdsClients>,
     _xds: XdsInstruments,
+    /// A78's `weighted_round_robin` instruments, when enabled.
+    pub(crate) wrr_rr_fallback: Option<Counter<u64>>,
+    pub(crate) wrr_not_yet_usable: Option<Counter<u64>>,
+    pub(crate) wrr_stale: Option<Counter<u64>>,
+    pub(crate) wrr_weights: Option<Histogram<f64>>,
+    /// A91's outlier-detection instruments, when enabled.
+    pub(crate) od_enforced: Option<Counter<u64>>,
+    pub(crate) od_unenforced: Option<Counter<u64>>,
+    /// The optional labels the LB policies add.
+    pub(crate) optional_labels: OptionalLabels,
+    /// `xds_override_host`'s sessions, which `tether.client.sessions`
+    /// observes.
+    pub(crate) session_sources: Arc<lb::SessionSources>,
+    _sessions: ObservableGauge<u64>,
 }
 
 impl Instruments {
-    fn new(meter: &Meter, enabled: &[&'static str]) -> Self {
+    fn new(meter: &Meter, enabled: &[&'static str], optional_labels: OptionalLabels) -> Self {
         let on = |name: &str| enabled.contains(&name);
         let xds_clients = Arc::new(XdsClients::default());
+        let counter = |name: &'static str, unit: &'static str, description: &'static str| {
+            on(name).then(|| {
+                meter
+                    .u64_counter(name)
+                    .with_unit(unit)
+                    .with_description(description)
+                    .build()
+            })
+        };
+        let session_sources = Arc::new(lb::SessionSources::default());
+        let sources = session_sources.clone();
+        let sessions = meter
+            .u64_observable_gauge("tether.client.sessions")
+            .with_unit("{session}")
+            .with_description(
+                "Sessions pinned to an endpoint (tether.endpoint) and its EDS health \
+                 (tether.endpoint.health), as xds_override_host keeps them until its idle \
+                 timeout.",
+            )
+            .with_callback(move |o| {
+                sources.each(|base, address, health, n| {
+                    let labels = [
+                        base[0].clone(),
+                        base[1].clone(),
+                        KeyValue::new("tether.endpoint", address.to_string()),
+                        KeyValue::new("tether.endpoint.health", health),
+                    ];
+                    o.observe(n, &labels);
+                })
+            })
+            .build();
         Instruments {
+            session_sources,
+            _sessions: sessions,
+            optional_labels,
+            wrr_rr_fallback: counter(
+                OPTIONAL_METRICS[8],
+                "{update}",
+                "EXPERIMENTAL. Number of scheduler updates in which there were not enough \
+                 endpoints with valid weight, which caused the WRR policy to fall back to RR \
+                 behavior.",
+            ),
+            wrr_not_yet_usable: counter(
+                OPTIONAL_METRICS[9],
+                "{endpoint}",
+                "EXPERIMENTAL. Number of endpoints from each scheduler update that don't yet \
+                 have usable weight information (no load report yet, or within the blackout \
+                 period).",
+            ),
+            wrr_stale: counter(
+                OPTIONAL_METRICS[10],
+                "{endpoint}",
+                "EXPERIMENTAL. Number of endpoints from each scheduler update whose latest \
+                 weight is older than the expiration period.",
+            ),
+            wrr_weights: on(OPTIONAL_METRICS[11]).then(|| {
+                meter
+                    .f64_histogram(OPTIONAL_METRICS[11])
+                    .with_unit("{weight}")
+                    .with_description(
+                        "EXPERIMENTAL. The weight of each endpoint, recorded on every scheduler \
+                         update; endpoints without a usable weight are recorded as 0.",
+                    )
+                    .build()
+            }),
+            od_enforced: counter(
+                OPTIONAL_METRICS[12],
+                "{ejection}",
+                "EXPERIMENTAL. Enforced outlier ejections, by detection method.",
+            ),
+            od_unenforced: counter(
+                OPTIONAL_METRICS[13],
+                "{ejection}",
+                "EXPERIMENTAL. Outliers detected but not ejected, by detection method and the \
+                 reason the ejection was not enforced.",
+            ),
             _xds: XdsInstruments::new(meter, enabled, &xds_clients),
             xds_clients,
             attempt_started: meter
@@ -433,6 +568,7 @@ impl Telemetry {
         TelemetryBuilder {
             meter: provider.meter_with_scope(scope),
             enabled: Vec::new(),
+            optional_labels: OptionalLabels::default(),
             target_filter: None,
             method_filter: None,
         }
@@ -477,6 +613,7 @@ pub struct TelemetryBuilder {
     meter: Meter,
     /// The optional instruments turned on.
     enabled: Vec<&'static str>,
+    optional_labels: OptionalLabels,
     target_filter: Option<AttributeFilter>,
     method_filter: Option<AttributeFilter>,
 }
@@ -523,10 +660,31 @@ impl TelemetryBuilder {
         Ok(self)
     }
 
+    /// Adds one of gRPC's optional labels, off by default (gRFC A79): one
+    /// of [`OPTIONAL_LABELS`], recorded by the instruments that take it
+    /// (A78's `weighted_round_robin` instruments take both, A91's the
+    /// backend service), empty where the channel has no value for it.
+    pub fn add_optional_label(mut self, name: &str) -> Result<Self, TelemetryError> {
+        match name {
+            "grpc.lb.locality" => self.optional_labels.locality = true,
+            "grpc.lb.backend_service" => self.optional_labels.backend_service = true,
+            _ => {
+                return Err(TelemetryError::UnknownLabel {
+                    name: name.to_owned(),
+                })
+            }
+        }
+        Ok(self)
+    }
+
     /// The telemetry.
     pub fn build(self) -> Telemetry {
         Telemetry {
-            instruments: Arc::new(Instruments::new(&self.meter, &self.enabled)),
+            instruments: Arc::new(Instruments::new(
+                &self.meter,
+                &self.enabled,
+                self.optional_labels,
+            )),
             target_filter: self.target_filter,
             method_filter: self.method_filter,
         }
@@ -542,6 +700,11 @@ pub enum TelemetryError {
         /// The name given.
         name: String,
     },
+    /// `add_optional_label` named no optional label tether has.
+    UnknownLabel {
+        /// The name given.
+        name: String,
+    },
 }
 
 impl fmt::Display for TelemetryError {
@@ -551,6 +714,11 @@ impl fmt::Display for TelemetryError {
                 f,
                 "enable_metric: {name:?} is not an optional instrument (known: {})",
                 OPTIONAL_METRICS.join(", ")
+            ),
+            TelemetryError::UnknownLabel { name } => write!(
+                f,
+                "add_optional_label: {name:?} is not an optional label (known: {})",
+                OPTIONAL_LABELS.join(", ")
             ),
         }
     }

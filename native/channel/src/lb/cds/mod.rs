@@ -15,6 +15,7 @@
 //! DRAINING endpoints are kept out of the endpoint policies here (the
 //! session override policy will serve them to existing sessions).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::cluster_impl;
@@ -233,7 +234,10 @@ fn localities(p: &Priority) -> Vec<Locality> {
 }
 
 /// The `xds_cluster_impl` subtree of a leaf cluster.
-fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
+/// `with_localities`: the cluster_impl config maps each endpoint to its
+/// locality even when the cluster reports no load (for the attempts'
+/// `grpc.lb.locality`).
+fn leaf_config(leaf: &LeafCluster, with_localities: bool) -> Result<LbConfig, String> {
     let policy = priority_policy(&leaf.cluster.lb_policy).map_err(|p| {
         format!(
             "cluster {}: lb policy {p} is not supported by tether's channel yet",
@@ -282,16 +286,14 @@ fn leaf_config(leaf: &LeafCluster) -> Result<LbConfig, String> {
         max_requests: leaf.cluster.max_requests,
         drops: leaf.endpoints.drop_overloads.clone(),
         load: leaf.load.clone(),
-        localities: leaf
-            .load
-            .as_ref()
-            .map(|_| {
-                leaf.endpoints
-                    .endpoints()
-                    .flat_map(|(_, l, e)| e.addresses.first().map(|a| (*a, l.locality.clone())))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        localities: if leaf.load.is_some() || with_localities {
+            leaf.endpoints
+                .endpoints()
+                .flat_map(|(_, l, e)| e.addresses.first().map(|a| (*a, l.locality.clone())))
+                .collect()
+        } else {
+            HashMap::new()
+        },
         child: Box::new(LbConfig::OverrideHost(override_host::Config {
             override_host_status: leaf.cluster.override_host_status,
             idle_timeout: leaf.cluster.idle_timeout,
@@ -342,6 +344,24 @@ impl Cds {
         }
     }
 
+    /// Sets the cluster's TLS and backend service (gRFC A89: the cluster's
+    /// name; an aggregate's leaves set their own) for its subtree; returns
+    /// what they were.
+    fn enter(&self, ctx: &mut Ctx<'_>) -> (Security, Option<Arc<str>>) {
+        let security = std::mem::replace(&mut ctx.security, self.security.clone());
+        let service = match &self.name {
+            Some(name) => ctx.labels.backend_service.replace(name.clone()),
+            None => ctx.labels.backend_service.clone(),
+        };
+        (security, service)
+    }
+
+    /// Puts back what [`Cds::enter`] replaced.
+    fn leave(ctx: &mut Ctx<'_>, (security, service): (Security, Option<Arc<str>>)) {
+        ctx.security = security;
+        ctx.labels.backend_service = service;
+    }
+
     fn fail(&mut self, message: String) -> bool {
         log::warn!("{message}");
         self.error = Some(Arc::new(FailPicker(tonic::Status::unavailable(message))));
@@ -383,7 +403,7 @@ impl LbPolicy for Cds {
             }
         }
         let child = match &config {
-            Config::Leaf(leaf) => leaf_config(leaf),
+            Config::Leaf(leaf) => leaf_config(leaf, ctx.records_call_labels()),
             Config::Aggregate { leaves, .. } => Ok(LbConfig::Priority(priority::Config {
                 children: leaves
                     .iter()
@@ -401,18 +421,18 @@ impl LbPolicy for Cds {
             }
             Ok(child) => {
                 self.error = None;
-                let outer = std::mem::replace(&mut ctx.security, self.security.clone());
+                let outer = self.enter(ctx);
                 Child::update_in(&mut self.child, ctx, child);
-                ctx.security = outer;
+                Self::leave(ctx, outer);
                 true
             }
         }
     }
 
     fn event(&mut self, ctx: &mut Ctx<'_>, event: &Event) -> bool {
-        let outer = std::mem::replace(&mut ctx.security, self.security.clone());
+        let outer = self.enter(ctx);
         let changed = self.child.as_mut().is_some_and(|c| c.event(ctx, event));
-        ctx.security = outer;
+        Self::leave(ctx, outer);
         changed
     }
 

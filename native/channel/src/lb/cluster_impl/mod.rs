@@ -93,6 +93,8 @@ pub struct ClusterImpl {
     /// Calls in flight, shared by every picker this policy makes.
     in_flight: Arc<AtomicU64>,
     picker: Option<SharedPicker>,
+    /// Each endpoint's call labels, while the channel records them.
+    labels: Option<Arc<picker::LabelMap>>,
 }
 
 impl Default for ClusterImpl {
@@ -109,6 +111,7 @@ impl ClusterImpl {
             child: None,
             in_flight: Arc::new(AtomicU64::new(0)),
             picker: None,
+            labels: None,
         }
     }
 
@@ -127,11 +130,10 @@ impl ClusterImpl {
         let (Some(config), Some(child)) = (&self.config, &self.child) else {
             return false;
         };
-        self.picker = Some(Arc::new(ClusterImplPicker::new(
-            config,
-            self.in_flight.clone(),
-            child.get().picker(),
-        )));
+        self.picker = Some(Arc::new(
+            ClusterImplPicker::new(config, self.in_flight.clone(), child.get().picker())
+                .with_labels(self.labels.clone(), &config.cluster),
+        ));
         true
     }
 }
@@ -142,6 +144,9 @@ impl LbPolicy for ClusterImpl {
             return false;
         };
         Child::update_in(&mut self.child, ctx, (*config.child).clone());
+        self.labels = ctx
+            .records_call_labels()
+            .then(|| Arc::new(picker::label_map(&config)));
         self.config = Some(config);
         self.refresh()
     }

@@ -10,9 +10,10 @@ use std::sync::Arc;
 use tonic::Status;
 
 use super::{Config, DropOverload};
-use crate::lb::{random, CallTracker, PickArgs, PickResult, Picker, SharedPicker};
+use crate::lb::{random, CallLabels, CallTracker, PickArgs, PickResult, Picker, SharedPicker};
 use crate::orca;
 use crate::xds::load_report::{BackendMetrics, ClusterLoad, EndpointLoad};
+use crate::xds::resource::endpoint::LocalityName;
 
 /// Decrements the cluster's in-flight count when a call ends.
 #[derive(Debug)]
@@ -77,6 +78,29 @@ struct Load {
     endpoints: HashMap<SocketAddr, Arc<Counted>, foldhash::fast::RandomState>,
 }
 
+/// Each endpoint's (primary address's) call labels, one `Arc` per
+/// locality.
+pub(crate) type LabelMap = HashMap<SocketAddr, Arc<CallLabels>, foldhash::fast::RandomState>;
+
+/// The call labels of `config`'s endpoints: its cluster, and each
+/// endpoint's locality (empty for an endpoint it does not place).
+pub(crate) fn label_map(config: &Config) -> LabelMap {
+    let mut by_locality: HashMap<&LocalityName, Arc<CallLabels>> = HashMap::new();
+    config
+        .localities
+        .iter()
+        .map(|(address, locality)| {
+            let labels = by_locality.entry(locality).or_insert_with(|| {
+                Arc::new(CallLabels::new(
+                    config.cluster.clone(),
+                    Arc::from(locality.to_string()),
+                ))
+            });
+            (*address, labels.clone())
+        })
+        .collect()
+}
+
 /// The picker of one cluster.
 #[derive(Debug)]
 pub struct ClusterImplPicker {
@@ -85,6 +109,10 @@ pub struct ClusterImplPicker {
     in_flight: Arc<InFlight>,
     load: Option<Load>,
     child: SharedPicker,
+    /// Each endpoint's call labels, when the channel records them.
+    labels: Option<Arc<LabelMap>>,
+    /// The cluster's labels for an endpoint the map lacks.
+    cluster_labels: Option<Arc<CallLabels>>,
 }
 
 impl ClusterImplPicker {
@@ -110,7 +138,19 @@ impl ClusterImplPicker {
             in_flight: Arc::new(InFlight(in_flight)),
             load,
             child,
+            labels: None,
+            cluster_labels: None,
         }
+    }
+
+    /// The picker, its picks carrying `labels` (when the channel records
+    /// them); picks of an endpoint the map lacks carry `cluster` alone.
+    pub(crate) fn with_labels(mut self, labels: Option<Arc<LabelMap>>, cluster: &Arc<str>) -> Self {
+        self.cluster_labels = labels
+            .is_some()
+            .then(|| Arc::new(CallLabels::new(cluster.clone(), Arc::from(""))));
+        self.labels = labels;
+        self
     }
 }
 
@@ -142,6 +182,12 @@ impl Picker for ClusterImplPicker {
                         counted.load.start();
                         pick.trackers.push(counted.clone());
                     }
+                }
+                if let Some(labels) = &self.labels {
+                    pick.labels = labels
+                        .get(&pick.subchannel.address())
+                        .or(self.cluster_labels.as_ref())
+                        .cloned();
                 }
                 PickResult::Complete(pick)
             }

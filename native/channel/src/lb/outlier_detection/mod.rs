@@ -29,6 +29,8 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::telemetry::OutlierRecorder;
+
 pub use picker::{CallCounter, OutlierDetectionPicker};
 // Public with `internals` (the benchmark's); the crate uses some of them.
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
@@ -89,6 +91,62 @@ impl Sample {
     }
 }
 
+/// The algorithm that found an outlier (gRFC A91's
+/// `grpc.lb.outlier_detection.detection_method`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DetectionMethod {
+    /// Success rate below mean − stdev × factor.
+    SuccessRate,
+    /// Failure percentage above the threshold.
+    FailurePercentage,
+}
+
+impl DetectionMethod {
+    /// A91's label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            DetectionMethod::SuccessRate => "success_rate",
+            DetectionMethod::FailurePercentage => "failure_percentage",
+        }
+    }
+}
+
+/// Why an outlier was not ejected (A91's
+/// `grpc.lb.outlier_detection.unenforced_reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Unenforced {
+    /// The draw against the algorithm's `enforcement_percentage` said no.
+    EnforcementPercentage,
+    /// `max_ejection_percent` of the endpoints were ejected already.
+    MaxEjectionOverflow,
+}
+
+impl Unenforced {
+    /// A91's label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Unenforced::EnforcementPercentage => "enforcement_percentage",
+            Unenforced::MaxEjectionOverflow => "max_ejection_overflow",
+        }
+    }
+}
+
+/// One outlier found in an interval: the endpoint (its index in the
+/// samples), by which algorithm, and why it was not ejected (`None`:
+/// ejected).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Detection {
+    /// The endpoint's index in the samples.
+    pub index: usize,
+    /// The algorithm.
+    pub method: DetectionMethod,
+    /// `None` when ejected.
+    pub unenforced: Option<Unenforced>,
+}
+
 /// Runs both algorithms over one interval's samples (one per endpoint, in
 /// the policy's order) and returns the indices to eject, in order.
 /// `roll` gives a number in `[0, 100)` for each enforcement draw.
@@ -100,11 +158,27 @@ impl Sample {
 /// ejection is allowed while none is in place or the ejected share is
 /// below `max_ejection_percent`; failure percentage skips endpoints
 /// already ejected.
+// Public with `internals`; the tests use it.
+#[cfg_attr(not(feature = "internals"), allow(dead_code))]
 pub fn decide(
     config: &OutlierDetectionConfig,
     samples: &[Sample],
-    mut roll: impl FnMut() -> u32,
+    roll: impl FnMut() -> u32,
 ) -> Vec<usize> {
+    detect(config, samples, roll)
+        .into_iter()
+        .filter(|d| d.unenforced.is_none())
+        .map(|d| d.index)
+        .collect()
+}
+
+/// [`decide`], with the outliers not ejected too and why: as in C-core,
+/// the enforcement draw comes first, then the `max_ejection_percent` cap.
+pub fn detect(
+    config: &OutlierDetectionConfig,
+    samples: &[Sample],
+    mut roll: impl FnMut() -> u32,
+) -> Vec<Detection> {
     let total = samples.len();
     let mut ejected_count = samples.iter().filter(|s| s.ejected).count();
     let mut ejected: Vec<bool> = samples.iter().map(|s| s.ejected).collect();
@@ -113,6 +187,27 @@ pub fn decide(
         ejected_count == 0
             || (ejected_count as f64 * 100.0 / total as f64)
                 < f64::from(config.max_ejection_percent)
+    };
+    // An outlier found: ejected unless the draw or the cap says no.
+    let mut found = |i: usize,
+                     method: DetectionMethod,
+                     enforcement: u32,
+                     ejected: &mut Vec<bool>,
+                     ejected_count: &mut usize| {
+        let unenforced = if roll() >= enforcement {
+            Some(Unenforced::EnforcementPercentage)
+        } else if !allowed(*ejected_count) {
+            Some(Unenforced::MaxEjectionOverflow)
+        } else {
+            ejected[i] = true;
+            *ejected_count += 1;
+            None
+        };
+        out.push(Detection {
+            index: i,
+            method,
+            unenforced,
+        });
     };
     if let Some(sr) = &config.success_rate {
         let candidates: Vec<(usize, f64)> = samples
@@ -131,13 +226,16 @@ pub fn decide(
                 / n;
             let threshold = mean - variance.sqrt() * f64::from(sr.stdev_factor) / 1000.0;
             for &(i, rate) in &candidates {
-                if rate < threshold && roll() < sr.enforcement_percentage && allowed(ejected_count)
-                {
+                if rate < threshold {
                     // C-core ejects an ejected candidate again (a longer
                     // ejection); it rarely has calls to count.
-                    ejected[i] = true;
-                    out.push(i);
-                    ejected_count += 1;
+                    found(
+                        i,
+                        DetectionMethod::SuccessRate,
+                        sr.enforcement_percentage,
+                        &mut ejected,
+                        &mut ejected_count,
+                    );
                 }
             }
         }
@@ -151,16 +249,14 @@ pub fn decide(
             .collect();
         if !candidates.is_empty() && candidates.len() >= fp.minimum_hosts as usize {
             for &(i, rate) in &candidates {
-                if ejected[i] {
-                    continue;
-                }
-                if 100.0 - rate > f64::from(fp.threshold)
-                    && roll() < fp.enforcement_percentage
-                    && allowed(ejected_count)
-                {
-                    ejected[i] = true;
-                    out.push(i);
-                    ejected_count += 1;
+                if !ejected[i] && 100.0 - rate > f64::from(fp.threshold) {
+                    found(
+                        i,
+                        DetectionMethod::FailurePercentage,
+                        fp.enforcement_percentage,
+                        &mut ejected,
+                        &mut ejected_count,
+                    );
                 }
             }
         }
@@ -184,6 +280,8 @@ pub struct OutlierDetection {
     picker: Option<SharedPicker>,
     /// Ejections made so far (as grpc-go's `ejections_enforced` counts).
     ejections: u64,
+    /// Records each outlier found (gRFC A91), when the channel does.
+    metrics: Option<OutlierRecorder>,
 }
 
 impl Default for OutlierDetection {
@@ -205,6 +303,7 @@ impl OutlierDetection {
             ejections: 0,
             timer_start: None,
             picker: None,
+            metrics: None,
         }
     }
 
@@ -307,10 +406,15 @@ impl OutlierDetection {
                 }
             })
             .collect();
-        let to_eject = decide(&config, &samples, || random::below(100) as u32);
+        let found = detect(&config, &samples, || random::below(100) as u32);
         let mut changed = false;
-        for i in to_eject {
-            changed |= self.eject(ctx, &keys[i], now);
+        for d in found {
+            if let Some(m) = &self.metrics {
+                m.detected(d.method.label(), d.unenforced.map(Unenforced::label));
+            }
+            if d.unenforced.is_none() {
+                changed |= self.eject(ctx, &keys[d.index], now);
+            }
         }
         for key in &keys {
             let Some(e) = self.endpoints.get_mut(key) else {
@@ -335,6 +439,7 @@ impl LbPolicy for OutlierDetection {
             return false;
         };
         let settings = config.settings;
+        self.metrics = ctx.outlier_recorder();
         // Endpoints that stay keep their counter, ejection and multiplier.
         let mut old = std::mem::take(&mut self.endpoints);
         for e in &config.endpoints {

@@ -70,6 +70,56 @@ fn enforcement_percentage_is_a_draw_below_it() {
 }
 
 #[test]
+fn outliers_not_ejected_are_told_with_a91_reasons() {
+    let mut c = failure_percentage(1, 1);
+    c.max_ejection_percent = 50;
+    c.failure_percentage
+        .as_mut()
+        .unwrap()
+        .enforcement_percentage = 50;
+    let samples = [sample(0, 10), sample(0, 10), sample(0, 10), sample(10, 0)];
+    // Draws 10, 90, 10: the first is ejected, the second loses its draw
+    // (50 %), the third is ejected (1 of 4 ejected, 25 %, is under the cap).
+    let mut draws = [10, 90, 10].into_iter();
+    let found = detect(&c, &samples, move || draws.next().unwrap());
+    let got: Vec<(usize, &str, Option<&str>)> = found
+        .iter()
+        .map(|d| {
+            (
+                d.index,
+                d.method.label(),
+                d.unenforced.map(Unenforced::label),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, "failure_percentage", None),
+            (1, "failure_percentage", Some("enforcement_percentage")),
+            (2, "failure_percentage", None),
+        ]
+    );
+    // With 2 of 4 ejected already (50 %), a draw that passes meets the cap.
+    let mut two = samples;
+    two[3].ejected = true;
+    two[1].ejected = true;
+    let found = detect(&c, &two, always());
+    assert_eq!(
+        found
+            .iter()
+            .map(|d| (d.index, d.unenforced))
+            .collect::<Vec<_>>(),
+        vec![
+            (0, Some(Unenforced::MaxEjectionOverflow)),
+            (2, Some(Unenforced::MaxEjectionOverflow))
+        ],
+        "ejected endpoints are skipped by failure percentage"
+    );
+    assert_eq!(decide(&c, &two, always()), Vec::<usize>::new());
+}
+
+#[test]
 fn success_rate_ejects_below_mean_minus_stdev_times_factor() {
     let c = {
         let mut od_config = OutlierDetectionConfig::default();

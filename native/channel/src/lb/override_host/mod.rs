@@ -42,6 +42,7 @@ use super::{
     PolicyStats, SharedPicker, Subchannel, Timer,
 };
 use crate::subchannel::WeakSubchannel;
+use crate::telemetry::SessionSource;
 use crate::xds::load_report::{ClusterLoad, SessionCount};
 use crate::xds::resource::endpoint::HealthSet;
 pub use picker::OverrideHostPicker;
@@ -183,27 +184,51 @@ pub struct AddressSessions {
 /// The address map pickers read.
 pub type AddressMap = HashMap<SocketAddr, Arc<MapEntry>, foldhash::fast::RandomState>;
 
-/// The policy's sessions as its cluster's load reports count them: the
-/// current map, read when a report is made.
+/// The policy's sessions as its cluster's load reports and the channel's
+/// `tether.client.sessions` count them: the current map, read when a
+/// report is made or the meter collects.
 struct SessionGauge {
     map: ArcSwap<AddressMap>,
     idle_ms: AtomicU64,
     clock: Clock,
 }
 
-impl SessionCount for SessionGauge {
-    fn pinned(&self) -> Vec<(SocketAddr, u64)> {
+impl SessionGauge {
+    /// Each address with sessions pinned to it, with its entry and count.
+    fn each_pinned(&self, mut f: impl FnMut(SocketAddr, &MapEntry, u64)) {
         let now = self.clock.now_ms();
         let idle_ms = self.idle_ms.load(Ordering::Relaxed);
-        self.map
-            .load()
-            .iter()
-            .filter_map(|(addr, e)| {
-                let (sessions, _) = e.prune_sessions(now, idle_ms);
-                (sessions > 0).then_some((*addr, sessions as u64))
-            })
-            .collect()
+        for (addr, e) in self.map.load().iter() {
+            let (sessions, _) = e.prune_sessions(now, idle_ms);
+            if sessions > 0 {
+                f(*addr, e, sessions as u64);
+            }
+        }
     }
+}
+
+impl SessionCount for SessionGauge {
+    fn pinned(&self) -> Vec<(SocketAddr, u64)> {
+        let mut out = Vec::new();
+        self.each_pinned(|addr, _, n| out.push((addr, n)));
+        out
+    }
+}
+
+impl SessionSource for SessionGauge {
+    fn pinned(&self) -> Vec<(SocketAddr, &'static str, u64)> {
+        let mut out = Vec::new();
+        self.each_pinned(|addr, e, n| out.push((addr, e.health.as_str(), n)));
+        out
+    }
+}
+
+/// The gauge of a policy's sessions and who reads it: the cluster's load
+/// (LRS) and whether the channel's telemetry does.
+struct Gauged {
+    gauge: Arc<SessionGauge>,
+    load: Option<Arc<ClusterLoad>>,
+    recorded: bool,
 }
 
 /// The `xds_override_host` policy.
@@ -216,8 +241,9 @@ pub struct OverrideHost {
     clock: Clock,
     sweep: Option<Timer>,
     picker: Option<SharedPicker>,
-    /// What the cluster's load reports read, while it reports load.
-    gauge: Option<(Arc<ClusterLoad>, Arc<SessionGauge>)>,
+    /// The sessions' gauge, while the cluster reports load or the channel
+    /// records sessions.
+    gauge: Option<Gauged>,
 }
 
 impl Default for OverrideHost {
@@ -407,31 +433,51 @@ impl OverrideHost {
         out
     }
 
-    /// Registers the sessions with the cluster's load (once per load),
-    /// and shows it the current map; none without a load.
-    fn gauge_sessions(&mut self, load: Option<&LoadHandle>, idle_timeout: Duration) {
-        let Some(handle) = load else {
+    /// Registers the sessions with the cluster's load (once per load) and
+    /// the channel's telemetry (once), and shows them the current map; none
+    /// without either.
+    fn gauge_sessions(&mut self, ctx: &Ctx<'_>, load: Option<&LoadHandle>, idle_timeout: Duration) {
+        let load = load.map(|h| h.load.clone());
+        let recorded = ctx.records();
+        if load.is_none() && !recorded {
             self.gauge = None;
             return;
-        };
-        let gauge = match &self.gauge {
-            Some((l, g)) if Arc::ptr_eq(l, &handle.load) => g.clone(),
-            _ => {
-                let g = Arc::new(SessionGauge {
-                    map: ArcSwap::new(self.map.clone()),
-                    idle_ms: AtomicU64::new(0),
-                    clock: self.clock,
-                });
-                let source: Arc<dyn SessionCount> = g.clone();
-                handle.load.count_sessions(Arc::downgrade(&source));
-                self.gauge = Some((handle.load.clone(), g.clone()));
-                g
+        }
+        let same = self.gauge.as_ref().is_some_and(|g| {
+            g.recorded == recorded
+                && match (&g.load, &load) {
+                    (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                    (None, None) => true,
+                    _ => false,
+                }
+        });
+        if !same {
+            // A new gauge, so that a reader let go of stops counting.
+            let gauge = Arc::new(SessionGauge {
+                map: ArcSwap::new(self.map.clone()),
+                idle_ms: AtomicU64::new(0),
+                clock: self.clock,
+            });
+            if let Some(l) = &load {
+                let source: Arc<dyn SessionCount> = gauge.clone();
+                l.count_sessions(Arc::downgrade(&source));
             }
-        };
-        gauge.map.store(self.map.clone());
-        gauge
-            .idle_ms
-            .store(idle_timeout.as_millis() as u64, Ordering::Relaxed);
+            if recorded {
+                let source: Arc<dyn SessionSource> = gauge.clone();
+                ctx.watch_sessions(Arc::downgrade(&source));
+            }
+            self.gauge = Some(Gauged {
+                gauge,
+                load,
+                recorded,
+            });
+        }
+        if let Some(g) = &self.gauge {
+            g.gauge.map.store(self.map.clone());
+            g.gauge
+                .idle_ms
+                .store(idle_timeout.as_millis() as u64, Ordering::Relaxed);
+        }
     }
 
     /// Keeps the subchannel of `addr` for sessions.
@@ -514,7 +560,7 @@ impl LbPolicy for OverrideHost {
             self.own(ctx, addr, false);
         }
         self.rebuild_map(ctx, &config.endpoints);
-        self.gauge_sessions(config.load.as_ref(), config.idle_timeout);
+        self.gauge_sessions(ctx, config.load.as_ref(), config.idle_timeout);
         Child::update_in(&mut self.child, ctx, (*config.child).clone());
         self.config = Some(config);
         // Every update re-arms the sweep, as C-core does.

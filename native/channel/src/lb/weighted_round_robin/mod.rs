@@ -36,12 +36,14 @@ mod weight;
 use super::EndpointAddresses;
 // Public with `internals`; the tests use them.
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
+pub use picker::SchedulerUpdate;
+#[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use picker::{ReadyEndpoint, WeightedRoundRobinPicker};
 pub use policy::WeightedRoundRobin;
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
 pub use scheduler::{StaticStrideScheduler, MAX_RATIO, MAX_WEIGHT, MIN_RATIO};
 #[cfg_attr(not(feature = "internals"), allow(unused_imports))]
-pub use weight::{weight_of, EndpointWeight};
+pub use weight::{weight_of, EndpointWeight, Unusable};
 // The settings are validated by tether-xds, as every LB config is.
 pub use tether_xds::lb_config::weighted_round_robin::*;
 

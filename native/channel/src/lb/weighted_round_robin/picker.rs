@@ -11,9 +11,23 @@ use arc_swap::ArcSwapOption;
 use tokio::time::Instant;
 
 use super::scheduler::StaticStrideScheduler;
-use super::weight::EndpointWeight;
+use super::weight::{EndpointWeight, Unusable};
 use super::Settings;
 use crate::lb::{random, Pick, PickArgs, PickResult, Picker, Subchannel};
+
+/// One scheduler rebuild of `weighted_round_robin`, as A78 counts it.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct SchedulerUpdate {
+    /// Each READY endpoint's weight (0: unusable).
+    pub weights: Vec<f64>,
+    /// Endpoints without a report yet, or within the blackout period.
+    pub not_yet_usable: u64,
+    /// Endpoints whose last report is older than the expiration period.
+    pub stale: u64,
+    /// Whether the weights could not tell the endpoints apart (round robin).
+    pub fallback: bool,
+}
 
 /// A READY endpoint as the picker sees it.
 #[derive(Debug, Clone)]
@@ -39,36 +53,49 @@ pub struct WeightedRoundRobinPicker {
 impl WeightedRoundRobinPicker {
     /// A picker over `endpoints` (at least one) with the weights as of
     /// `now`, starting the rotation at a random point so that many clients
-    /// do not move in step.
-    pub fn new(endpoints: Vec<ReadyEndpoint>, settings: &Settings, now: Instant) -> Self {
+    /// do not move in step; and what its first scheduler was made from.
+    pub fn new(
+        endpoints: Vec<ReadyEndpoint>,
+        settings: &Settings,
+        now: Instant,
+    ) -> (Self, SchedulerUpdate) {
         let picker = WeightedRoundRobinPicker {
             sequence: AtomicU64::new(random::next_u64() >> 1),
             endpoints,
             scheduler: ArcSwapOption::empty(),
             per_call: !settings.enable_oob_load_report,
         };
-        picker.update_scheduler(settings, now);
-        picker
+        let update = picker.update_scheduler(settings, now);
+        (picker, update)
     }
 
-    /// Rebuilds the scheduler from the endpoints' weights at `now`.
-    pub fn update_scheduler(&self, settings: &Settings, now: Instant) {
-        let weights: Vec<f64> = self
-            .endpoints
-            .iter()
-            .map(|e| {
-                e.weight.weight(
-                    now,
-                    settings.weight_expiration_period,
-                    settings.blackout_period,
-                )
-            })
-            .collect();
-        let scheduler = StaticStrideScheduler::new(&weights);
-        if scheduler.is_none() {
-            log::trace!("weights {weights:?} do not tell endpoints apart: round robin");
+    /// Rebuilds the scheduler from the endpoints' weights at `now`; returns
+    /// the weights and counts gRFC A78 records of it.
+    pub fn update_scheduler(&self, settings: &Settings, now: Instant) -> SchedulerUpdate {
+        let mut update = SchedulerUpdate::default();
+        for e in &self.endpoints {
+            let (weight, unusable) = e.weight.reading(
+                now,
+                settings.weight_expiration_period,
+                settings.blackout_period,
+            );
+            match unusable {
+                Some(Unusable::NotYetUsable) => update.not_yet_usable += 1,
+                Some(Unusable::Stale) => update.stale += 1,
+                None => {}
+            }
+            update.weights.push(weight);
         }
+        let scheduler = StaticStrideScheduler::new(&update.weights);
+        if scheduler.is_none() {
+            log::trace!(
+                "weights {:?} do not tell endpoints apart: round robin",
+                update.weights
+            );
+        }
+        update.fallback = scheduler.is_none();
         self.scheduler.store(scheduler.map(Arc::new));
+        update
     }
 
     /// The scaled weights in use, none while picking in round robin order.

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::picker::{ReadyEndpoint, WeightedRoundRobinPicker};
+use super::picker::{ReadyEndpoint, SchedulerUpdate, WeightedRoundRobinPicker};
 use super::weight::EndpointWeight;
 use super::{Config, Settings};
 use crate::lb::endpoint_list::EndpointList;
@@ -18,6 +18,7 @@ use crate::lb::{
     Timer,
 };
 use crate::orca::OobStream;
+use crate::telemetry::WrrRecorder;
 
 /// The `weighted_round_robin` policy.
 #[derive(Debug)]
@@ -31,6 +32,8 @@ pub struct WeightedRoundRobin {
     timer: Option<Timer>,
     /// Out-of-band streams by the READY subchannel they run on.
     oob: HashMap<SubchannelId, OobStream>,
+    /// Records each scheduler rebuild (gRFC A78), when the channel does.
+    metrics: Option<WrrRecorder>,
 }
 
 impl Default for WeightedRoundRobin {
@@ -48,6 +51,7 @@ impl WeightedRoundRobin {
             picker: None,
             timer: None,
             oob: HashMap::new(),
+            metrics: None,
         }
     }
 
@@ -60,8 +64,9 @@ impl WeightedRoundRobin {
         let settings = self.settings;
         let now = ctx.now();
         let mut built = None;
+        let metrics = self.metrics.as_ref();
         let changed = self.endpoints.refresh(ready_changed, |endpoints| {
-            let picker = Arc::new(WeightedRoundRobinPicker::new(
+            let (picker, update) = WeightedRoundRobinPicker::new(
                 endpoints
                     .iter()
                     .filter_map(|e| {
@@ -73,7 +78,9 @@ impl WeightedRoundRobin {
                     .collect(),
                 &settings,
                 now,
-            ));
+            );
+            record(metrics, &update);
+            let picker = Arc::new(picker);
             built = Some(picker.clone());
             picker
         });
@@ -136,6 +143,18 @@ impl WeightedRoundRobin {
     }
 }
 
+/// Records a scheduler rebuild, when the channel does.
+fn record(metrics: Option<&WrrRecorder>, update: &SchedulerUpdate) {
+    if let Some(m) = metrics {
+        m.scheduler_update(
+            &update.weights,
+            update.not_yet_usable,
+            update.stale,
+            update.fallback,
+        );
+    }
+}
+
 impl LbPolicy for WeightedRoundRobin {
     fn update(&mut self, ctx: &mut Ctx<'_>, config: LbConfig) -> bool {
         let LbConfig::WeightedRoundRobin(config) = config else {
@@ -148,6 +167,7 @@ impl LbPolicy for WeightedRoundRobin {
         let oob_changed = settings.enable_oob_load_report != self.settings.enable_oob_load_report
             || settings.oob_reporting_period != self.settings.oob_reporting_period;
         self.settings = settings;
+        self.metrics = ctx.wrr_recorder();
         if oob_changed {
             // Streams restart with the new period (or stop).
             self.oob.clear();
@@ -173,7 +193,8 @@ impl LbPolicy for WeightedRoundRobin {
         if let Event::Timer(token) = *event {
             if self.timer.as_ref().is_some_and(|t| t.token() == token) {
                 if let Some(picker) = &self.picker {
-                    picker.update_scheduler(&self.settings, ctx.now());
+                    let update = picker.update_scheduler(&self.settings, ctx.now());
+                    record(self.metrics.as_ref(), &update);
                     self.timer = Some(ctx.timer(self.settings.weight_update_period));
                 }
                 // The picker is the same; only its scheduler changed.

@@ -326,7 +326,8 @@ async fn per_call_reports_weight_the_picks() {
         wrr_settings.blackout_period = Duration::ZERO;
         wrr_settings
     };
-    let picker = WeightedRoundRobinPicker::new(endpoints.ready(&a, 1.0), &settings, Instant::now());
+    let (picker, _) =
+        WeightedRoundRobinPicker::new(endpoints.ready(&a, 1.0), &settings, Instant::now());
     assert_eq!(picker.scheduled_weights(), None, "no reports yet");
     let with_report = |addr: SocketAddr| {
         let mut h = http::HeaderMap::new();
@@ -363,7 +364,7 @@ async fn out_of_band_pickers_ignore_trailers() {
         wrr_settings
     };
     let ready = endpoints.ready(&a, 1.0);
-    let picker = WeightedRoundRobinPicker::new(ready.clone(), &settings, Instant::now());
+    let (picker, _) = WeightedRoundRobinPicker::new(ready.clone(), &settings, Instant::now());
     run(&picker, 10, |_| {
         let mut h = http::HeaderMap::new();
         h.insert(PER_CALL_TRAILER, trailer_value(&report(100.0, 0.5)));
@@ -376,4 +377,39 @@ async fn out_of_band_pickers_ignore_trailers() {
             0.0
         );
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn scheduler_updates_count_endpoints_not_yet_usable_and_stale_as_c_core_does() {
+    let endpoints = Endpoints::new();
+    let a = addresses(3);
+    let settings = Settings::default();
+    let (blackout, expiration) = (settings.blackout_period, settings.weight_expiration_period);
+    let ready = endpoints.ready(&a, 1.0);
+    // No reports: all three not yet usable (there is a blackout), round robin.
+    let (picker, first) = WeightedRoundRobinPicker::new(ready.clone(), &settings, Instant::now());
+    assert_eq!(first.weights, vec![0.0; 3]);
+    assert_eq!((first.not_yet_usable, first.stale), (3, 0));
+    assert!(first.fallback);
+    // Two report; after the blackout they are usable, the third is not.
+    ready[0].weight.report(&report(100.0, 0.5), Instant::now());
+    ready[1].weight.report(&report(100.0, 0.25), Instant::now());
+    tokio::time::advance(blackout).await;
+    let update = picker.update_scheduler(&settings, Instant::now());
+    assert_eq!(update.weights, vec![200.0, 400.0, 0.0]);
+    assert_eq!((update.not_yet_usable, update.stale), (1, 0));
+    assert!(!update.fallback);
+    // The first keeps reporting, the second stops: it goes stale.
+    tokio::time::advance(expiration - blackout).await;
+    ready[0].weight.report(&report(100.0, 0.5), Instant::now());
+    tokio::time::advance(blackout).await;
+    let update = picker.update_scheduler(&settings, Instant::now());
+    assert_eq!(update.weights, vec![200.0, 0.0, 0.0]);
+    assert_eq!((update.not_yet_usable, update.stale), (1, 1));
+    assert!(update.fallback, "one usable weight: round robin");
+    // Without a blackout an endpoint without reports is counted in neither.
+    let mut no_blackout = settings;
+    no_blackout.blackout_period = Duration::ZERO;
+    let update = picker.update_scheduler(&no_blackout, Instant::now());
+    assert_eq!((update.not_yet_usable, update.stale), (0, 1));
 }

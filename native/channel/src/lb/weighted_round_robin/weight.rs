@@ -24,6 +24,15 @@ use http::HeaderValue;
 
 use crate::orca::{report_from_value, OrcaLoadReport, PER_CALL_TRAILER};
 
+/// Why an endpoint's weight is not used (gRFC A78 counts each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unusable {
+    /// No report yet, or reports for less than the blackout period.
+    NotYetUsable,
+    /// The last report is older than the expiration period.
+    Stale,
+}
+
 /// An endpoint's weight and the times that make it usable.
 #[derive(Debug)]
 pub struct EndpointWeight {
@@ -123,22 +132,36 @@ impl EndpointWeight {
     /// and once the last report is `expiration` old; an expired weight
     /// also restarts the blackout for the reports to come.
     pub fn weight(&self, now: Instant, expiration: Duration, blackout: Duration) -> f64 {
+        self.reading(now, expiration, blackout).0
+    }
+
+    /// [`EndpointWeight::weight`], and why it is 0 when A78 counts it:
+    /// [`Unusable::Stale`] once expired, [`Unusable::NotYetUsable`] before
+    /// the blackout is over (no report at all included, when there is a
+    /// blackout), as C-core's counts tell them apart.
+    pub fn reading(
+        &self,
+        now: Instant,
+        expiration: Duration,
+        blackout: Duration,
+    ) -> (f64, Option<Unusable>) {
         let mut s = self.lock();
-        let Some(last) = s.last_updated else {
-            return 0.0;
-        };
-        if now.saturating_duration_since(last) >= expiration {
-            s.non_empty_since = None;
-            return 0.0;
+        if let Some(last) = s.last_updated {
+            if now.saturating_duration_since(last) >= expiration {
+                s.non_empty_since = None;
+                return (0.0, Some(Unusable::Stale));
+            }
         }
-        // A report since the expiry set it again; without one, no run.
-        let Some(since) = s.non_empty_since else {
-            return 0.0;
-        };
-        if !blackout.is_zero() && now.saturating_duration_since(since) < blackout {
-            return 0.0;
+        if blackout.is_zero() {
+            // No blackout: the last weight as soon as there is one (0
+            // before any report), a reconnection notwithstanding.
+            return (s.weight, None);
         }
-        s.weight
+        match s.non_empty_since {
+            Some(since) if now.saturating_duration_since(since) >= blackout => (s.weight, None),
+            // No report yet, or a run too young (a reconnection, an expiry).
+            _ => (0.0, Some(Unusable::NotYetUsable)),
+        }
     }
 
     /// The endpoint became READY or left it. Coming back to READY after

@@ -128,7 +128,14 @@ impl LbPolicy for WeightedTarget {
         // under the same name soon enough for a retention timer to pay.
         self.targets
             .retain(|name, _| config.targets.contains_key(name));
+        let outer = ctx.labels.locality.clone();
+        let recording = ctx.records();
         for (name, target) in config.targets {
+            // Its children's locality (A78's `grpc.lb.locality`), which
+            // policies take when updated.
+            if recording {
+                ctx.labels.locality = Some(Arc::from(name.as_str()));
+            }
             match self.targets.get_mut(&name) {
                 Some(entry) => {
                     entry.weight = target.weight;
@@ -148,6 +155,7 @@ impl LbPolicy for WeightedTarget {
                 }
             }
         }
+        ctx.labels.locality = outer;
         self.refresh()
     }
 
