@@ -294,3 +294,93 @@ async fn session_calls_and_cookies_are_counted_by_what_became_of_the_session() {
     assert_eq!(got["tether.client.session.calls"].unit, "{call}");
     assert!(!got.contains_key("tether.client.session.envoy_misreads"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subchannel_instruments_count_connections_and_why_they_ended() {
+    // Connections the backend ends gracefully (GOAWAY NO_ERROR) at 200 ms.
+    let (backend, goaways) = GrpcBackend::start_rotating("a", Duration::from_millis(200)).await;
+    let recorder = Recorder::new();
+    let mut telemetry = Telemetry::builder(&recorder.provider);
+    for m in tether::telemetry::OPTIONAL_METRICS
+        .iter()
+        .filter(|m| m.starts_with("grpc.subchannel."))
+    {
+        telemetry = telemetry.enable_metric(m).unwrap();
+    }
+    let telemetry = telemetry.build();
+    let serving = Channel::builder()
+        .telemetry(telemetry.clone())
+        .connect(&format!("ipv4:{}", backend.addr()))
+        .unwrap();
+    echo(&serving, "x").await.unwrap();
+    // Nothing listens here: the attempt fails.
+    let nobody = format!("ipv4:127.0.0.1:{}", tether_testkit::free_port());
+    let refused = Channel::builder()
+        .telemetry(telemetry)
+        .connect(&nobody)
+        .unwrap();
+    assert!(echo(&refused, "x").await.is_err());
+
+    let serving_target = serving.target().to_owned();
+    let started = std::time::Instant::now();
+    let got = loop {
+        let got = recorder.read();
+        let ended = got
+            .get("grpc.subchannel.disconnections")
+            .and_then(|i| {
+                i.points.get(&labels(&[
+                    ("grpc.disconnect_error", "GOAWAY NO_ERROR"),
+                    ("grpc.target", &serving_target),
+                ]))
+            })
+            .is_some_and(|(n, _)| *n >= 1);
+        if ended {
+            break got;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no graceful disconnection recorded ({} GOAWAYs sent): {got:#?}",
+            goaways.load(std::sync::atomic::Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let of = |name: &str, target: &str| -> u64 {
+        got[name].points[&labels(&[("grpc.target", target)])].0
+    };
+    assert_eq!(
+        got["grpc.subchannel.connection_attempts_succeeded"].unit,
+        "{attempt}"
+    );
+    assert!(
+        of(
+            "grpc.subchannel.connection_attempts_succeeded",
+            &serving_target
+        ) >= 1
+    );
+    assert!(
+        of(
+            "grpc.subchannel.connection_attempts_failed",
+            refused.target()
+        ) >= 1
+    );
+    // The up-down counter: connections opened less those that ended.
+    let open = &got["grpc.subchannel.open_connections"];
+    assert_eq!(open.unit, "{connection}");
+    let succeeded = of(
+        "grpc.subchannel.connection_attempts_succeeded",
+        &serving_target,
+    );
+    let disconnections: u64 = got["grpc.subchannel.disconnections"]
+        .points
+        .iter()
+        .filter(|(l, _)| l.contains(&("grpc.target".to_owned(), serving_target.clone())))
+        .map(|(_, (n, _))| n)
+        .sum();
+    let open_now = open.points[&labels(&[("grpc.target", &serving_target)])].0;
+    assert!(open_now <= 1, "{open:?}");
+    assert_eq!(
+        open_now,
+        succeeded - disconnections,
+        "open = succeeded - disconnections: {got:#?}"
+    );
+}

@@ -330,7 +330,8 @@ async fn grpcio_spread(client: &Client, target: &str) -> BTreeMap<String, usize>
 /// weights are in use: every label set carries the target, the locality
 /// and the cluster; the weights were recorded, no endpoint was stale or
 /// waited out a blackout (there is none), and the first scheduler, before
-/// any report, fell back to round robin.
+/// any report, fell back to round robin. The attempts and the three
+/// subchannels' connections carry the same locality and cluster.
 fn wrr_metrics_recorded(recorder: &telemetry_support::Recorder, target: &str) {
     let read = recorder.read();
     let get = |name: &str| {
@@ -380,6 +381,9 @@ fn wrr_metrics_recorded(recorder: &telemetry_support::Recorder, target: &str) {
         ("grpc.lb.backend_service", &value("grpc.lb.backend_service")),
     ]);
     assert!(attempts.get(&ok).is_some_and(|p| p.0 > 0), "{attempts:?}");
+    // So do the subchannels' connections (A94), made under that locality.
+    let connected = &get("grpc.subchannel.connection_attempts_succeeded").points;
+    assert_eq!(connected.get(labels).map(|p| p.0), Some(3), "{connected:?}");
 }
 
 /// The same cluster from tether-control: tether's channel and gRPC C-core
@@ -402,7 +406,10 @@ async fn over_xds_tether_and_c_core_weigh_the_same_reports_alike() {
     for target in ["xds:///wrr.tether.test", "xds:///oob.tether.test"] {
         let recorder = telemetry_support::Recorder::new();
         let mut telemetry = tether::Telemetry::builder(&recorder.provider);
-        for name in &tether::telemetry::OPTIONAL_METRICS[8..12] {
+        for name in tether::telemetry::OPTIONAL_METRICS
+            .iter()
+            .filter(|m| m.starts_with("grpc.lb.wrr.") || m.starts_with("grpc.subchannel."))
+        {
             telemetry = telemetry.enable_metric(name).unwrap();
         }
         for label in tether::telemetry::OPTIONAL_LABELS {

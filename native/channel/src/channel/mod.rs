@@ -813,6 +813,11 @@ impl ChannelBuilder {
         let (lb_tx, lb_rx) = mpsc::unbounded_channel();
         let (control_tx, control_rx) = mpsc::unbounded_channel();
         let listener_tx = lb_tx.clone();
+        let metrics = self
+            .telemetry
+            .clone()
+            .or_else(crate::telemetry::Telemetry::global)
+            .map(|t| t.for_channel(target));
         let pool = SubchannelPool::with_providers(
             options,
             Arc::new(move |id, address, state| {
@@ -827,13 +832,14 @@ impl ChannelBuilder {
                 let _ = listener_tx.send(Event::Subchannel(id, address, state));
             }),
             providers,
+        )
+        .with_metrics(
+            metrics
+                .as_ref()
+                .and_then(|m| m.subchannels())
+                .map(|m| m as Arc<dyn crate::subchannel::ConnectionEventsFor>),
         );
         let shared = Arc::new(Shared::new());
-        let metrics = self
-            .telemetry
-            .clone()
-            .or_else(crate::telemetry::Telemetry::global)
-            .map(|t| t.for_channel(target));
         let serializer = WorkSerializer::new(
             target.to_owned(),
             pool,

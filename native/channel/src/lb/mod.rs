@@ -530,7 +530,12 @@ impl<'a> Ctx<'a> {
     /// other clusters using the same credentials) or a new one in IDLE.
     pub fn subchannel(&self, address: SocketAddr) -> Subchannel {
         self.record(address);
-        self.pool.get_secured(address, &self.security)
+        self.pool.get_labelled(
+            address,
+            &self.security,
+            self.labels.backend_service.as_ref(),
+            self.labels.locality.as_ref(),
+        )
     }
 
     /// The pool's live subchannel for `address`, if any (none is created).

@@ -599,6 +599,65 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for PrefaceWatch<T> {
     }
 }
 
+/// A94's name for why a connection ended: the first reason seen, a
+/// GOAWAY's code, or the socket error's kind.
+pub(crate) fn disconnect_error(closed: &Closed) -> &'static str {
+    let error: &(dyn std::error::Error + 'static) = match closed {
+        // hyper ends a connection without error when the peer closed it
+        // after a GOAWAY (or at a frame boundary): as a graceful GOAWAY.
+        Closed::Graceful | Closed::AlreadyReported => return "GOAWAY NO_ERROR",
+        Closed::Task(e) if e.is_cancelled() => return "subchannel shutdown",
+        Closed::Task(_) => return "unknown",
+        Closed::Error(e) => e,
+    };
+    if error
+        .downcast_ref::<hyper::Error>()
+        .is_some_and(hyper::Error::is_timeout)
+    {
+        // hyper's keepalive timeout (gRFC A8).
+        return "connection timed out";
+    }
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            if h2.is_go_away() && h2.is_remote() {
+                return goaway(h2.reason());
+            }
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionReset => "connection reset",
+                std::io::ErrorKind::TimedOut => "connection timed out",
+                std::io::ErrorKind::ConnectionAborted => "connection aborted",
+                _ => "socket error",
+            };
+        }
+        source = e.source();
+    }
+    "unknown"
+}
+
+/// `GOAWAY <ERROR_CODE>` with RFC 9113's name of the code.
+fn goaway(reason: Option<h2::Reason>) -> &'static str {
+    match reason.map(u32::from) {
+        Some(0x0) => "GOAWAY NO_ERROR",
+        Some(0x1) => "GOAWAY PROTOCOL_ERROR",
+        Some(0x2) => "GOAWAY INTERNAL_ERROR",
+        Some(0x3) => "GOAWAY FLOW_CONTROL_ERROR",
+        Some(0x4) => "GOAWAY SETTINGS_TIMEOUT",
+        Some(0x5) => "GOAWAY STREAM_CLOSED",
+        Some(0x6) => "GOAWAY FRAME_SIZE_ERROR",
+        Some(0x7) => "GOAWAY REFUSED_STREAM",
+        Some(0x8) => "GOAWAY CANCEL",
+        Some(0x9) => "GOAWAY COMPRESSION_ERROR",
+        Some(0xa) => "GOAWAY CONNECT_ERROR",
+        Some(0xb) => "GOAWAY ENHANCE_YOUR_CALM",
+        Some(0xc) => "GOAWAY INADEQUATE_SECURITY",
+        Some(0xd) => "GOAWAY HTTP_1_1_REQUIRED",
+        _ => "unknown",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -740,5 +799,21 @@ mod tests {
         let request = http::Request::new(Body::empty());
         let sent = tokio::time::timeout(WAIT, conn.send(request)).await;
         assert!(matches!(sent, Ok(Err(_))), "{sent:?}");
+    }
+}
+
+#[cfg(test)]
+mod disconnect_error_tests {
+    use super::*;
+
+    #[test]
+    fn goaway_codes_are_named_as_rfc_9113_does() {
+        assert_eq!(goaway(Some(h2::Reason::NO_ERROR)), "GOAWAY NO_ERROR");
+        assert_eq!(
+            goaway(Some(h2::Reason::ENHANCE_YOUR_CALM)),
+            "GOAWAY ENHANCE_YOUR_CALM"
+        );
+        assert_eq!(goaway(Some(h2::Reason::from(0x99))), "unknown");
+        assert_eq!(disconnect_error(&Closed::Graceful), "GOAWAY NO_ERROR");
     }
 }

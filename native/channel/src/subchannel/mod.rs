@@ -15,7 +15,7 @@
 //! task is aborted and its connection closed.
 
 pub mod backoff;
-mod connection;
+pub(crate) mod connection;
 pub(crate) mod pool;
 mod state;
 
@@ -264,6 +264,9 @@ struct Shared {
     calls_in_flight: AtomicU64,
     connect_attempts: AtomicU64,
     listener: StateListener,
+    /// Told of each connection attempt and connection (gRFC A94's
+    /// instruments), when the channel records them.
+    metrics: Option<Arc<dyn ConnectionEvents>>,
 }
 
 impl Shared {
@@ -378,33 +381,97 @@ async fn attempt(
         k.time = Duration::from_millis(shared.keepalive_time_ms.load(Ordering::Relaxed));
         k
     });
-    let (mut conn, task) =
-        connection::connect(shared.address, timeout, keepalive, transport, socket)
-            .await
-            .map_err(|e| e.to_string())?;
+    let connected =
+        connection::connect(shared.address, timeout, keepalive, transport, socket).await;
+    let (mut conn, task) = match connected {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(m) = &shared.metrics {
+                m.attempt_failed();
+            }
+            return Err(e.to_string());
+        }
+    };
+    // Open until it ends (or until the subchannel's task is aborted).
+    let open = shared.metrics.as_ref().map(|m| {
+        m.connected();
+        OpenConnection {
+            events: m.clone(),
+            ended: false,
+        }
+    });
     conn.serial = serial;
     shared.connection.store(Some(Arc::new(conn)));
     shared.set_state(ConnectivityState::Ready, None);
-    let why = hold(shared, task, keepalive.is_some(), serial).await;
+    let (why, kind) = hold(shared, task, keepalive.is_some(), serial).await;
+    if let Some(open) = open {
+        open.ended(kind);
+    }
     shared.connection.store(None);
     shared.set_state(ConnectivityState::Idle, Some(why));
     Ok(())
 }
 
+/// What a subchannel tells of its connections (gRFC A94's instruments
+/// listen): each failed attempt, each connection made, and why each ended
+/// (A94's `grpc.disconnect_error`).
+pub(crate) trait ConnectionEvents: Send + Sync + fmt::Debug {
+    /// A connection attempt failed.
+    fn attempt_failed(&self);
+    /// A connection attempt succeeded.
+    fn connected(&self);
+    /// A connection ended, for `why`.
+    fn disconnected(&self, why: &'static str);
+}
+
+/// Makes each new subchannel's [`ConnectionEvents`] listener, with the
+/// cluster (backend service) and locality of the LB subtree that made it.
+pub(crate) trait ConnectionEventsFor: Send + Sync + fmt::Debug {
+    /// The listener of a subchannel made under `backend_service` and
+    /// `locality` (either unknown: `None`).
+    fn for_subchannel(
+        &self,
+        backend_service: Option<&Arc<str>>,
+        locality: Option<&Arc<str>>,
+    ) -> Arc<dyn ConnectionEvents>;
+}
+
+/// A connection [`ConnectionEvents`] was told of, until it ends; dropped
+/// unended (the subchannel's task aborted), it ended as a shutdown.
+struct OpenConnection {
+    events: Arc<dyn ConnectionEvents>,
+    ended: bool,
+}
+
+impl OpenConnection {
+    fn ended(mut self, why: &'static str) {
+        self.ended = true;
+        self.events.disconnected(why);
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.events.disconnected("subchannel shutdown");
+        }
+    }
+}
+
 /// Waits until connection `serial` ends or a call finds it going away;
-/// why it was let go.
+/// why it was let go, and A94's name for it.
 async fn hold(
     shared: &Shared,
     mut task: connection::ConnectionTask,
     keepalive: bool,
     serial: u64,
-) -> String {
+) -> (String, &'static str) {
     tokio::select! {
         closed = task.closed() => {
             if keepalive && closed.too_many_pings() {
                 shared.throttle_keepalive();
             }
-            closed.to_string()
+            (closed.to_string(), connection::disconnect_error(&closed))
         }
         () = shared.lost(serial) => {
             // Calls already on it finish there (a GOAWAY's streams go
@@ -413,7 +480,11 @@ async fn hold(
                 let closed = task.closed().await;
                 log::debug!("a connection let go of ended: {closed}");
             });
-            "connection going away: it gave a request back unsent".to_owned()
+            (
+                "connection going away: it gave a request back unsent".to_owned(),
+                // Why it goes is not known yet (most often a GOAWAY).
+                "unknown",
+            )
         }
     }
 }
@@ -427,6 +498,7 @@ impl Subchannel {
         listener: StateListener,
         runtime: Option<&tokio::runtime::Handle>,
         transport: Transport,
+        metrics: Option<Arc<dyn ConnectionEvents>>,
     ) -> Subchannel {
         let (state_tx, _) = watch::channel(ConnectivityState::Idle);
         let shared = Arc::new(Shared {
@@ -451,6 +523,7 @@ impl Subchannel {
                     .map_or(0, |k| u64::try_from(k.time.as_millis()).unwrap_or(u64::MAX)),
             ),
             listener,
+            metrics,
         });
         let backoff = match options.backoff_seed {
             Some(seed) => Backoff::with_seed(options.backoff, seed),

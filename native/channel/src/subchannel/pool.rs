@@ -27,6 +27,8 @@ struct Inner {
     runtime: Option<tokio::runtime::Handle>,
     next_id: AtomicU64,
     live: Mutex<Live>,
+    /// Told of the subchannels' connections (gRFC A94's instruments).
+    metrics: Option<Arc<dyn super::ConnectionEventsFor>>,
 }
 
 /// The weak handles by address (one per xDS security config the address
@@ -61,7 +63,20 @@ impl SubchannelPool {
             runtime: tokio::runtime::Handle::try_current().ok(),
             next_id: AtomicU64::new(1),
             live: Mutex::new(Live::default()),
+            metrics: None,
         }))
+    }
+
+    /// The pool with gRFC A94's instruments recorded by its subchannels
+    /// (before any subchannel is made).
+    pub(crate) fn with_metrics(self, metrics: Option<Arc<dyn super::ConnectionEventsFor>>) -> Self {
+        match Arc::try_unwrap(self.0) {
+            Ok(mut inner) => {
+                inner.metrics = metrics;
+                SubchannelPool(Arc::new(inner))
+            }
+            Err(shared) => SubchannelPool(shared),
+        }
     }
 
     /// The certificate providers for clusters' TLS, if honoured.
@@ -83,6 +98,19 @@ impl SubchannelPool {
     /// [`SubchannelPool::get`] for a cluster whose connections use
     /// `security` (gRFC A29), else the channel's own credentials.
     pub(crate) fn get_secured(&self, address: SocketAddr, security: &Security) -> Subchannel {
+        self.get_labelled(address, security, None, None)
+    }
+
+    /// [`SubchannelPool::get_secured`] from the LB subtree of
+    /// `backend_service` and `locality`, which a new subchannel's A94
+    /// instruments are labelled with (an existing one keeps its maker's).
+    pub(crate) fn get_labelled(
+        &self,
+        address: SocketAddr,
+        security: &Security,
+        backend_service: Option<&Arc<str>>,
+        locality: Option<&Arc<str>>,
+    ) -> Subchannel {
         let mut live = self.live();
         if let Some(subchannel) = find(&live, address, security) {
             return subchannel;
@@ -110,6 +138,10 @@ impl SubchannelPool {
             self.0.listener.clone(),
             runtime.as_ref(),
             transport,
+            self.0
+                .metrics
+                .as_ref()
+                .map(|m| m.for_subchannel(backend_service, locality)),
         );
         log::debug!("subchannel {address}: created as {id}");
         let entries = live.map.entry(address).or_default();

@@ -154,6 +154,11 @@ impl ChannelMetrics {
         ))
     }
 
+    /// What this channel's subchannels record (A94), if enabled.
+    pub(crate) fn subchannels(&self) -> Option<Arc<super::SubchannelMetrics>> {
+        super::SubchannelMetrics::new(self.instruments.clone(), self.target.clone())
+    }
+
     /// Polls `client` for A78's XdsClient instruments, labelled with this
     /// channel's target.
     pub(crate) fn watch_xds_client(&self, client: &tether_xds::XdsClient) {

@@ -234,10 +234,11 @@ impl std::fmt::Debug for SessionSources {
 
 impl SessionSources {
     fn add(&self, labels: [KeyValue; 2], source: Weak<dyn SessionSource>) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((labels, source));
+        let mut all = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        // Sources of policies gone are dropped here too, so that a meter
+        // that never collects does not keep them all.
+        all.retain(|(_, s)| s.strong_count() > 0);
+        all.push((labels, source));
     }
 
     /// Calls `f` with each live source's labels and pinned sessions.

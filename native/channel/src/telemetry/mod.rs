@@ -25,6 +25,9 @@
 //! | `grpc.lb.wrr.endpoint_weights` (A78, off by default) | histogram | `{weight}` | the same |
 //! | `grpc.lb.outlier_detection.ejections_enforced` (A91, off by default) | counter | `{ejection}` | `grpc.target`, `grpc.lb.backend_service`\*, `grpc.lb.outlier_detection.detection_method` |
 //! | `grpc.lb.outlier_detection.ejections_unenforced` (A91, off by default) | counter | `{ejection}` | the same, `grpc.lb.outlier_detection.unenforced_reason` |
+//! | `grpc.subchannel.connection_attempts_succeeded`, `_failed` (A94, off by default) | counter | `{attempt}` | `grpc.target`, `grpc.lb.backend_service`\*, `grpc.lb.locality`\* |
+//! | `grpc.subchannel.disconnections` (A94, off by default) | counter | `{disconnection}` | the same, `grpc.disconnect_error` |
+//! | `grpc.subchannel.open_connections` (A94, off by default) | up-down counter | `{connection}` | the same |
 //! | `tether.client.session.calls` | counter | `{call}` | `grpc.target`, `tether.session.call` |
 //! | `tether.client.session.cookies` | counter | `{cookie}` | `grpc.target`, `tether.session.cookie` |
 //! | `tether.client.session.envoy_misreads` | counter | `{call}` | `grpc.target` |
@@ -90,6 +93,7 @@
 mod call;
 mod lb;
 mod messages;
+mod subchannel;
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -107,6 +111,7 @@ pub(crate) use call::{
 pub use lb::CallLabels;
 pub(crate) use lb::{LbLabels, LbMetrics, OutlierRecorder, SessionSource, WrrRecorder};
 pub(crate) use messages::MessageBytes;
+pub(crate) use subchannel::SubchannelMetrics;
 
 /// The meter's name: the library, as gRPC's are named `grpc-c++`, `grpc-go`.
 pub const METER_NAME: &str = "tether";
@@ -149,8 +154,8 @@ pub const TRANSPARENT_RETRY_BUCKETS: [f64; 6] = [1.0, 2.0, 3.0, 4.0, 5.0, 10.0];
 /// The instruments gRPC defines as experimental, off unless enabled by
 /// name ([`TelemetryBuilder::enable_metric`], as gRFC A79 says): A96's
 /// retry instruments, A78's XdsClient and `weighted_round_robin`
-/// instruments, and A91's outlier-detection ones.
-pub const OPTIONAL_METRICS: [&str; 14] = [
+/// instruments, A91's outlier-detection ones and A94's subchannel ones.
+pub const OPTIONAL_METRICS: [&str; 18] = [
     "grpc.client.call.retries",
     "grpc.client.call.transparent_retries",
     "grpc.client.call.retry_delay",
@@ -165,6 +170,10 @@ pub const OPTIONAL_METRICS: [&str; 14] = [
     "grpc.lb.wrr.endpoint_weights",
     "grpc.lb.outlier_detection.ejections_enforced",
     "grpc.lb.outlier_detection.ejections_unenforced",
+    "grpc.subchannel.connection_attempts_succeeded",
+    "grpc.subchannel.connection_attempts_failed",
+    "grpc.subchannel.disconnections",
+    "grpc.subchannel.open_connections",
 ];
 
 /// The optional labels gRPC's LB policies can add, off unless named in
@@ -337,6 +346,8 @@ pub(crate) struct Instruments {
     pub(crate) session_calls: Counter<u64>,
     pub(crate) session_cookies: Counter<u64>,
     pub(crate) session_envoy_misreads: Counter<u64>,
+    /// A94's subchannel instruments, when enabled.
+    pub(crate) subchannel: Option<subchannel::Instruments>,
     /// A78's XdsClient instruments, and the clients they read.
     pub(crate) xds_clients: Arc<XdsClients>,
     _xds: XdsInstruments,
@@ -436,6 +447,7 @@ impl Instruments {
                 "EXPERIMENTAL. Outliers detected but not ejected, by detection method and the \
                  reason the ejection was not enforced.",
             ),
+            subchannel: subchannel::Instruments::new(meter, enabled),
             _xds: XdsInstruments::new(meter, enabled, &xds_clients),
             xds_clients,
             attempt_started: meter
@@ -662,8 +674,9 @@ impl TelemetryBuilder {
 
     /// Adds one of gRPC's optional labels, off by default (gRFC A79): one
     /// of [`OPTIONAL_LABELS`], recorded by the instruments that take it
-    /// (A78's `weighted_round_robin` instruments take both, A91's the
-    /// backend service), empty where the channel has no value for it.
+    /// (the attempts' duration and sizes, A78's `weighted_round_robin` and
+    /// A94's subchannel instruments take both, A91's the backend service),
+    /// empty where the channel has no value for it.
     pub fn add_optional_label(mut self, name: &str) -> Result<Self, TelemetryError> {
         match name {
             "grpc.lb.locality" => self.optional_labels.locality = true,
