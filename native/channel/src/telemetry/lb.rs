@@ -9,6 +9,10 @@
 //! `cds` names the backend service (the cluster) for its subtree and
 //! `weighted_target` the locality for each child. Recording happens on the
 //! LB task only (a scheduler rebuild, an ejection sweep), never on a pick.
+//! `xds_override_host` registers its session map here too, which
+//! `tether.client.sessions` reads when the meter collects; and
+//! `xds_cluster_impl` puts [`CallLabels`] on its picks for the attempts'
+//! optional labels.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
