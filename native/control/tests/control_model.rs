@@ -529,6 +529,16 @@ fn cluster(flavor: Flavor, name: &str) -> cpb::Cluster {
     cpb::Cluster::decode(any.value.as_slice()).unwrap()
 }
 
+/// An EDS resource as tether's parser (gRPC's rules) reads it back.
+fn parsed_endpoints(
+    any: &envoy_types::pb::google::protobuf::Any,
+) -> std::sync::Arc<tether_xds::resource::endpoint::EndpointsResource> {
+    match decode(ResourceKind::Endpoints, any).result {
+        Ok(tether_xds::Resource::Endpoints(eds)) => eds,
+        other => panic!("not endpoints: {other:?}"),
+    }
+}
+
 #[test]
 fn load_reporting_asks_for_lrs_and_the_backends_orca_metrics() {
     let yaml = BASE.replace(
@@ -634,14 +644,7 @@ fn translation_for_envoy_and_proxyless() {
         }
     }
     // The locality weights and the DRAINING endpoint arrive in EDS.
-    let Ok(tether_xds::Resource::Endpoints(eds)) = decode(
-        ResourceKind::Endpoints,
-        &t.proxyless[&ResourceKind::Endpoints]["web"],
-    )
-    .result
-    else {
-        panic!()
-    };
+    let eds = parsed_endpoints(&t.proxyless[&ResourceKind::Endpoints]["web"]);
     assert_eq!(eds.priorities[0].localities[0].weight, 3);
     assert_eq!(eds.priorities[1].localities[0].endpoints[0].weight, 2);
     assert_eq!(
@@ -689,14 +692,7 @@ fn drop_overloads_reach_eds_per_million() {
         let api = epb::ClusterLoadAssignment::decode(api.value.as_slice()).unwrap();
         assert!(api.policy.is_none(), "{flavor:?}");
     }
-    let Ok(tether_xds::Resource::Endpoints(eds)) = decode(
-        ResourceKind::Endpoints,
-        &t.proxyless[&ResourceKind::Endpoints]["web"],
-    )
-    .result
-    else {
-        panic!()
-    };
+    let eds = parsed_endpoints(&t.proxyless[&ResourceKind::Endpoints]["web"]);
     let read: Vec<_> = eds
         .drop_overloads
         .iter()
@@ -709,14 +705,7 @@ fn drop_overloads_reach_eds_per_million() {
         "    localityWeights: { us/a: 3 }\n    dropOverloads: [{ category: all, percent: 100 }]\n",
     );
     let t = translate(&Config::parse(&all).unwrap());
-    let Ok(tether_xds::Resource::Endpoints(eds)) = decode(
-        ResourceKind::Endpoints,
-        &t.envoy[&ResourceKind::Endpoints]["web"],
-    )
-    .result
-    else {
-        panic!()
-    };
+    let eds = parsed_endpoints(&t.envoy[&ResourceKind::Endpoints]["web"]);
     assert_eq!(eds.drop_overloads[0].per_million, 1_000_000);
 }
 

@@ -15,7 +15,7 @@
 //! task is aborted and its connection closed.
 
 pub mod backoff;
-pub(crate) mod connection;
+mod connection;
 pub(crate) mod pool;
 mod state;
 

@@ -120,13 +120,15 @@ impl ChannelMetrics {
     /// The instruments of a call to `path` (`/package.Service/Method`).
     fn method(&self, path: &str) -> Arc<MethodInstruments> {
         let method = path.strip_prefix('/').unwrap_or(path);
-        if let Some(m) = self.methods.load().get(method) {
+        let known = self.methods.load();
+        if let Some(m) = known.get(method) {
             return m.clone();
         }
-        if self.methods.load().len() >= MAX_METHODS {
+        if known.len() >= MAX_METHODS {
             // Past the bound the method is not kept: `other` each time.
             return self.other();
         }
+        drop(known);
         let made = if self.method_filter.as_ref().is_some_and(|f| !f(method)) {
             self.other()
         } else {
@@ -425,27 +427,17 @@ impl AttemptMetrics {
         let sent = self.sent.as_ref().map_or(0, |s| s.load(Ordering::Relaxed));
         let rcvd = self.rcvd.total();
         let i = &shared.instruments;
-        let on = i.optional_labels;
-        if on.locality || on.backend_service {
+        if i.optional_labels.any() {
             // With optional labels: unbound, the label set made here (only
             // channels that turned a label on pay for it); empty where the
             // pick knew none (it failed, or the cluster is not xDS's).
-            let empty = || Arc::<str>::from("");
             let mut labels = with_status(&shared.method.labels, code).to_vec();
-            if on.locality {
-                let l = self
-                    .labels
-                    .as_ref()
-                    .map_or_else(empty, |l| l.locality.clone());
-                labels.push(KeyValue::new("grpc.lb.locality", l));
-            }
-            if on.backend_service {
-                let b = self
-                    .labels
-                    .as_ref()
-                    .map_or_else(empty, |l| l.backend_service.clone());
-                labels.push(KeyValue::new("grpc.lb.backend_service", b));
-            }
+            let pick = self.labels.as_deref();
+            i.optional_labels.append(
+                &mut labels,
+                pick.map(|l| &l.backend_service),
+                pick.map(|l| &l.locality),
+            );
             i.attempt_duration.record(duration, &labels);
             i.attempt_sent.record(sent, &labels);
             i.attempt_rcvd.record(rcvd, &labels);

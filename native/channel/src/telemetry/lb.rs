@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use opentelemetry::metrics::Counter;
 use opentelemetry::KeyValue;
 
-use super::Instruments;
+use super::{or_empty, Instruments, OptionalLabels};
 
 /// The labels of the LB subtree being updated or told of an event.
 #[derive(Debug, Clone, Default)]
@@ -71,32 +71,25 @@ impl LbMetrics {
     }
 
     /// `grpc.target`, then the optional labels turned on, with `labels`'
-    /// values (empty where unset).
+    /// values (empty where unset); the locality only for instruments that
+    /// take it.
     fn labels(&self, labels: &LbLabels, locality: bool) -> Vec<KeyValue> {
-        let on = &self.instruments.optional_labels;
+        let on = OptionalLabels {
+            locality: locality && self.instruments.optional_labels.locality,
+            ..self.instruments.optional_labels
+        };
         let mut out = vec![self.target.clone()];
-        if locality && on.locality {
-            out.push(KeyValue::new(
-                "grpc.lb.locality",
-                labels.locality.clone().unwrap_or_else(|| Arc::from("")),
-            ));
-        }
-        if on.backend_service {
-            out.push(KeyValue::new(
-                "grpc.lb.backend_service",
-                labels
-                    .backend_service
-                    .clone()
-                    .unwrap_or_else(|| Arc::from("")),
-            ));
-        }
+        on.append(
+            &mut out,
+            labels.backend_service.as_ref(),
+            labels.locality.as_ref(),
+        );
         out
     }
 
     /// Whether attempts record an optional label their pick knows.
     pub(crate) fn call_labels(&self) -> bool {
-        let on = self.instruments.optional_labels;
-        on.locality || on.backend_service
+        self.instruments.optional_labels.any()
     }
 
     /// Has `source`'s sessions observed by `tether.client.sessions`, with
@@ -107,10 +100,7 @@ impl LbMetrics {
             self.target.clone(),
             KeyValue::new(
                 "grpc.lb.backend_service",
-                labels
-                    .backend_service
-                    .clone()
-                    .unwrap_or_else(|| Arc::from("")),
+                or_empty(labels.backend_service.as_ref()),
             ),
         ];
         self.instruments.session_sources.add(base, source);

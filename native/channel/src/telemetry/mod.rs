@@ -170,10 +170,10 @@ pub const OPTIONAL_METRICS: [&str; 18] = [
     "grpc.lb.wrr.endpoint_weights",
     "grpc.lb.outlier_detection.ejections_enforced",
     "grpc.lb.outlier_detection.ejections_unenforced",
-    "grpc.subchannel.connection_attempts_succeeded",
-    "grpc.subchannel.connection_attempts_failed",
-    "grpc.subchannel.disconnections",
-    "grpc.subchannel.open_connections",
+    subchannel::NAMES[0],
+    subchannel::NAMES[1],
+    subchannel::NAMES[2],
+    subchannel::NAMES[3],
 ];
 
 /// The optional labels gRPC's LB policies can add, off unless named in
@@ -186,6 +186,37 @@ pub const OPTIONAL_LABELS: [&str; 2] = ["grpc.lb.locality", "grpc.lb.backend_ser
 pub(crate) struct OptionalLabels {
     pub(crate) locality: bool,
     pub(crate) backend_service: bool,
+}
+
+impl OptionalLabels {
+    /// Whether any is on.
+    pub(crate) fn any(self) -> bool {
+        self.locality || self.backend_service
+    }
+
+    /// Appends to `labels` those that are on, with these values: empty
+    /// where unknown, as gRPC records an optional label it has no value for.
+    pub(crate) fn append(
+        self,
+        labels: &mut Vec<KeyValue>,
+        backend_service: Option<&Arc<str>>,
+        locality: Option<&Arc<str>>,
+    ) {
+        if self.locality {
+            labels.push(KeyValue::new("grpc.lb.locality", or_empty(locality)));
+        }
+        if self.backend_service {
+            labels.push(KeyValue::new(
+                "grpc.lb.backend_service",
+                or_empty(backend_service),
+            ));
+        }
+    }
+}
+
+/// A label's value, empty when unknown.
+pub(crate) fn or_empty(value: Option<&Arc<str>>) -> Arc<str> {
+    value.cloned().unwrap_or_else(|| Arc::from(""))
 }
 
 /// The XdsClients of the channels that record with one [`Telemetry`],

@@ -88,17 +88,10 @@ impl crate::subchannel::ConnectionEventsFor for SubchannelMetrics {
         backend_service: Option<&Arc<str>>,
         locality: Option<&Arc<str>>,
     ) -> Arc<dyn crate::subchannel::ConnectionEvents> {
-        let on = self.instruments.optional_labels;
-        let empty = || Arc::<str>::from("");
         let mut labels = vec![self.target.clone()];
-        if on.backend_service {
-            let b = backend_service.cloned().unwrap_or_else(empty);
-            labels.push(KeyValue::new("grpc.lb.backend_service", b));
-        }
-        if on.locality {
-            let l = locality.cloned().unwrap_or_else(empty);
-            labels.push(KeyValue::new("grpc.lb.locality", l));
-        }
+        self.instruments
+            .optional_labels
+            .append(&mut labels, backend_service, locality);
         Arc::new(SubchannelEvents {
             instruments: self.instruments.clone(),
             labels,

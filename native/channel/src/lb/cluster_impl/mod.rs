@@ -94,7 +94,7 @@ pub struct ClusterImpl {
     in_flight: Arc<AtomicU64>,
     picker: Option<SharedPicker>,
     /// Each endpoint's call labels, while the channel records them.
-    labels: Option<Arc<picker::LabelMap>>,
+    labels: Option<Arc<picker::PickLabels>>,
 }
 
 impl Default for ClusterImpl {
@@ -132,7 +132,7 @@ impl ClusterImpl {
         };
         self.picker = Some(Arc::new(
             ClusterImplPicker::new(config, self.in_flight.clone(), child.get().picker())
-                .with_labels(self.labels.clone(), &config.cluster),
+                .with_labels(self.labels.clone()),
         ));
         true
     }
@@ -146,7 +146,7 @@ impl LbPolicy for ClusterImpl {
         Child::update_in(&mut self.child, ctx, (*config.child).clone());
         self.labels = ctx
             .records_call_labels()
-            .then(|| Arc::new(picker::label_map(&config)));
+            .then(|| Arc::new(picker::PickLabels::new(&config)));
         self.config = Some(config);
         self.refresh()
     }

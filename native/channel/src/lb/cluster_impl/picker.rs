@@ -78,27 +78,44 @@ struct Load {
     endpoints: HashMap<SocketAddr, Arc<Counted>, foldhash::fast::RandomState>,
 }
 
-/// Each endpoint's (primary address's) call labels, one `Arc` per
-/// locality.
-pub(crate) type LabelMap = HashMap<SocketAddr, Arc<CallLabels>, foldhash::fast::RandomState>;
+/// The call labels of a cluster's picks: each endpoint's (primary
+/// address's), one `Arc` per locality, and the cluster's alone for an
+/// endpoint it does not place.
+#[derive(Debug)]
+pub(crate) struct PickLabels {
+    by_address: HashMap<SocketAddr, Arc<CallLabels>, foldhash::fast::RandomState>,
+    cluster: Arc<CallLabels>,
+}
 
-/// The call labels of `config`'s endpoints: its cluster, and each
-/// endpoint's locality (empty for an endpoint it does not place).
-pub(crate) fn label_map(config: &Config) -> LabelMap {
-    let mut by_locality: HashMap<&LocalityName, Arc<CallLabels>> = HashMap::new();
-    config
-        .localities
-        .iter()
-        .map(|(address, locality)| {
-            let labels = by_locality.entry(locality).or_insert_with(|| {
-                Arc::new(CallLabels::new(
-                    config.cluster.clone(),
-                    Arc::from(locality.to_string()),
-                ))
-            });
-            (*address, labels.clone())
-        })
-        .collect()
+impl PickLabels {
+    /// The labels of `config`'s endpoints.
+    pub(crate) fn new(config: &Config) -> Self {
+        let mut by_locality: HashMap<&LocalityName, Arc<CallLabels>> = HashMap::new();
+        let by_address = config
+            .localities
+            .iter()
+            .map(|(address, locality)| {
+                let labels = by_locality.entry(locality).or_insert_with(|| {
+                    Arc::new(CallLabels::new(
+                        config.cluster.clone(),
+                        Arc::from(locality.to_string()),
+                    ))
+                });
+                (*address, labels.clone())
+            })
+            .collect();
+        PickLabels {
+            by_address,
+            cluster: Arc::new(CallLabels::new(config.cluster.clone(), Arc::from(""))),
+        }
+    }
+
+    fn of(&self, address: &SocketAddr) -> Arc<CallLabels> {
+        self.by_address
+            .get(address)
+            .unwrap_or(&self.cluster)
+            .clone()
+    }
 }
 
 /// The picker of one cluster.
@@ -109,10 +126,8 @@ pub struct ClusterImplPicker {
     in_flight: Arc<InFlight>,
     load: Option<Load>,
     child: SharedPicker,
-    /// Each endpoint's call labels, when the channel records them.
-    labels: Option<Arc<LabelMap>>,
-    /// The cluster's labels for an endpoint the map lacks.
-    cluster_labels: Option<Arc<CallLabels>>,
+    /// The picks' call labels, when the channel records them.
+    labels: Option<Arc<PickLabels>>,
 }
 
 impl ClusterImplPicker {
@@ -139,16 +154,12 @@ impl ClusterImplPicker {
             load,
             child,
             labels: None,
-            cluster_labels: None,
         }
     }
 
     /// The picker, its picks carrying `labels` (when the channel records
-    /// them); picks of an endpoint the map lacks carry `cluster` alone.
-    pub(crate) fn with_labels(mut self, labels: Option<Arc<LabelMap>>, cluster: &Arc<str>) -> Self {
-        self.cluster_labels = labels
-            .is_some()
-            .then(|| Arc::new(CallLabels::new(cluster.clone(), Arc::from(""))));
+    /// them).
+    pub(crate) fn with_labels(mut self, labels: Option<Arc<PickLabels>>) -> Self {
         self.labels = labels;
         self
     }
@@ -184,10 +195,7 @@ impl Picker for ClusterImplPicker {
                     }
                 }
                 if let Some(labels) = &self.labels {
-                    pick.labels = labels
-                        .get(&pick.subchannel.address())
-                        .or(self.cluster_labels.as_ref())
-                        .cloned();
+                    pick.labels = Some(labels.of(&pick.subchannel.address()));
                 }
                 PickResult::Complete(pick)
             }
